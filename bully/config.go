@@ -1,0 +1,101 @@
+package bully
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Config holds a Machine's identity and timing. The durations relate to the
+// gossip layer's failure detection and to the peer round-trip time; the
+// defaults suit a LAN.
+type Config struct {
+	// Self is this node.
+	Self Member
+	// Epoch is the highest epoch persisted by an earlier run (0 when fresh).
+	Epoch uint64
+	// Preempt makes a leader yield to a higher eligible node that has been
+	// live for Stabilization. Without it a stable leader keeps leading.
+	Preempt bool
+	// StartupDelay is how long a fresh Machine waits before its first
+	// campaign, so gossip can converge and a sitting leader can announce
+	// itself. Default 2s.
+	StartupDelay time.Duration
+	// ElectionTimeout is how long a candidate waits for an ANSWER after
+	// sending ELECTION before it considers itself the highest. Default 500ms.
+	ElectionTimeout time.Duration
+	// CoordinatorTimeout is how long a candidate that got an ANSWER waits for
+	// the COORDINATOR before it starts over. Default 2s.
+	CoordinatorTimeout time.Duration
+	// RankDelay is the wait per higher-ranked eligible live node before a
+	// node campaigns for a vacant leadership, so the highest goes first.
+	// Default 300ms.
+	RankDelay time.Duration
+	// Jitter is the upper bound of a random extra wait added to every
+	// campaign timer. Default 100ms.
+	Jitter time.Duration
+	// Stabilization is how long a higher node must be live before a leader
+	// yields to it (with Preempt). Default 5s.
+	Stabilization time.Duration
+	// ResignHold is how long a node that resigned stays out of elections.
+	// Default 10s.
+	ResignHold time.Duration
+	// AnnounceInterval is how often a leader repeats its COORDINATOR to every
+	// live member, so a node that missed the announcement (a lost message, a
+	// healed partition) learns the current term. Default 3s.
+	AnnounceInterval time.Duration
+	// RetryDelay bounds the random wait after a failed lease round before the
+	// next campaign. Default 1s.
+	RetryDelay time.Duration
+	// Rand is the only source of randomness. Nil means a generator seeded
+	// from Self, which is deterministic; drivers should pass a random seed.
+	Rand *rand.Rand
+}
+
+// DefaultConfig returns the LAN timing defaults with Preempt on.
+func DefaultConfig() Config {
+	return Config{
+		Preempt:            true,
+		StartupDelay:       2 * time.Second,
+		ElectionTimeout:    500 * time.Millisecond,
+		CoordinatorTimeout: 2 * time.Second,
+		RankDelay:          300 * time.Millisecond,
+		Jitter:             100 * time.Millisecond,
+		Stabilization:      5 * time.Second,
+		ResignHold:         10 * time.Second,
+		AnnounceInterval:   3 * time.Second,
+		RetryDelay:         time.Second,
+	}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if c.Self.Name == "" {
+		return errors.New("bully: config: Self.Name is empty")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		zero bool // zero allowed
+	}{
+		{"StartupDelay", c.StartupDelay, true},
+		{"ElectionTimeout", c.ElectionTimeout, false},
+		{"CoordinatorTimeout", c.CoordinatorTimeout, false},
+		{"RankDelay", c.RankDelay, true},
+		{"Jitter", c.Jitter, true},
+		{"Stabilization", c.Stabilization, true},
+		{"ResignHold", c.ResignHold, true},
+		{"AnnounceInterval", c.AnnounceInterval, false},
+		{"RetryDelay", c.RetryDelay, true},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			return fmt.Errorf("bully: config: %s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if c.CoordinatorTimeout < c.ElectionTimeout {
+		return fmt.Errorf("bully: config: CoordinatorTimeout (%v) must be at least ElectionTimeout (%v)",
+			c.CoordinatorTimeout, c.ElectionTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,295 @@
+package bully
+
+import (
+	"sort"
+	"time"
+)
+
+// onElection answers a lower node's ELECTION, and starts this node's own
+// election if no leader is known (the bully rule: a live higher node takes
+// the election over). A node that cannot lead, or holds after a resign,
+// stays silent so the sender does not wait on it.
+func (m *Machine) onElection(now time.Time, msg Message) *Message {
+	if m.leader == msg.From {
+		m.forgetLeader(now) // a node that campaigns does not lead
+	}
+	if !m.cfg.Self.Eligible || now.Before(m.holdUntil) {
+		return nil
+	}
+	reply := m.stamp(Message{Type: MsgAnswer, To: msg.From, Leader: m.leader, Term: m.term})
+	if m.state == StateFollower && m.leader.IsZero() {
+		m.startElection(now)
+	}
+	return &reply
+}
+
+// onAnswer defers to the higher node that answered: follow the leader it
+// names, or wait for its COORDINATOR.
+func (m *Machine) onAnswer(now time.Time, msg Message) {
+	m.conflict(now, msg.Leader, msg.Term, false)
+	if m.state != StateElecting {
+		return
+	}
+	if !msg.Leader.IsZero() && !m.isSelf(msg.Leader) && m.isLive(msg.Leader) && m.accepts(msg.Leader, msg.Term) {
+		m.follow(msg.Leader, msg.Term)
+		return
+	}
+	m.state = StateWaiting
+	m.deadline = now.Add(m.cfg.CoordinatorTimeout)
+}
+
+// onCoordinator adopts an announced leader unless this node has followed a
+// later term (then it tells the announcer), or it leads or campaigns and
+// does not yield to the announcer.
+func (m *Machine) onCoordinator(now time.Time, msg Message) {
+	l, term := msg.From, msg.Term
+	switch m.state {
+	case StateLeader:
+		m.conflict(now, l, term, false)
+		if m.state == StateLeader && term < m.term {
+			m.send(Message{Type: MsgCoordinator, To: l, Leader: m.cfg.Self.Node, Term: m.term})
+		}
+		return
+	case StateAcquiring:
+		if !m.yieldsTo(l, term, m.acquiring) {
+			return
+		}
+	}
+	if m.accepts(l, term) {
+		m.follow(l, term)
+	}
+}
+
+// accepts reports whether this node may adopt l's term: a later term than
+// any it followed, or the one it follows. Offered an earlier term by another
+// leader, it tells that leader of the later one instead.
+func (m *Machine) accepts(l Node, term uint64) bool {
+	if term > m.lastTerm || (term == m.lastTerm && l == m.lastLeader) {
+		return true
+	}
+	if l != m.lastLeader {
+		m.send(Message{Type: MsgInfo, To: l, Leader: m.lastLeader, Term: m.lastTerm})
+	}
+	return false
+}
+
+// conflict handles a leader learning of another leader x's term t. A term
+// below its own is stale. Otherwise it yields to a live x that wins by
+// yieldsTo, or starts a new term above t, so that no node sees the term it
+// follows go back or repeat. A resigned x is never yielded to.
+func (m *Machine) conflict(now time.Time, x Node, t uint64, resigned bool) {
+	if m.state != StateLeader || x.IsZero() || m.isSelf(x) || t < m.term {
+		return
+	}
+	if !resigned && m.isLive(x) && m.yieldsTo(x, t, m.term) {
+		m.yield(now, x, t)
+		return
+	}
+	m.win()
+}
+
+// yieldsTo decides between this node's term mine and another leader's: with
+// Preempt the higher rank wins; without, the later term wins and rank breaks
+// a tie (two partition sides in available mode may share an epoch).
+func (m *Machine) yieldsTo(l Node, term, mine uint64) bool {
+	if m.cfg.Preempt {
+		return m.cfg.Self.Less(l)
+	}
+	return term > mine || (term == mine && m.cfg.Self.Less(l))
+}
+
+// yield ends this node's term in favour of leader l of term. If l's term is
+// no later than the one ended, l is told (by the RESIGN, and by accepts) and
+// starts a later term, which this node then follows.
+func (m *Machine) yield(now time.Time, l Node, term uint64) {
+	m.stepDown(now, false)
+	if m.accepts(l, term) {
+		m.follow(l, term)
+	}
+}
+
+// onResign forgets a leader that stepped down, and keeps a holding node out
+// of elections for ResignHold. A leader hearing that another's later term
+// ended starts a term above it.
+func (m *Machine) onResign(now time.Time, msg Message) {
+	if msg.Hold {
+		m.held[msg.From.Name] = now.Add(m.cfg.ResignHold)
+	}
+	m.conflict(now, msg.From, msg.Term, true)
+	if m.leader == msg.From && msg.Term >= m.term {
+		m.forgetLeader(now)
+	}
+}
+
+// timeout handles the expiry of the current state's timer.
+func (m *Machine) timeout(now time.Time) {
+	switch m.state {
+	case StateFollower:
+		if !m.leader.IsZero() || !m.cfg.Self.Eligible {
+			return
+		}
+		if now.Before(m.holdUntil) {
+			m.scheduleCampaign(now)
+			return
+		}
+		m.startElection(now)
+	case StateElecting:
+		m.win()
+	case StateWaiting:
+		m.startElection(now)
+	}
+}
+
+// startElection sends ELECTION to every higher eligible live node, or wins at
+// once when there is none.
+func (m *Machine) startElection(now time.Time) {
+	higher := m.higher(now)
+	if len(higher) == 0 {
+		m.win()
+		return
+	}
+	m.state = StateElecting
+	m.deadline = now.Add(m.cfg.ElectionTimeout)
+	for _, p := range higher {
+		m.send(Message{Type: MsgElection, To: p.Node})
+	}
+}
+
+// win takes a new epoch and asks the driver for the lease round.
+func (m *Machine) win() {
+	m.epoch++
+	m.acquiring = m.epoch
+	m.state = StateAcquiring
+	m.deadline = time.Time{}
+	m.ready.Acquire = m.epoch
+}
+
+// checkPreempt makes the leader yield to a higher eligible node that has been
+// live for Stabilization.
+func (m *Machine) checkPreempt(now time.Time) {
+	if !m.cfg.Preempt {
+		return
+	}
+	for _, p := range m.higher(now) {
+		since := p.since
+		if until, ok := m.held[p.Name]; ok && until.After(since) {
+			since = until
+		}
+		if now.Sub(since) >= m.cfg.Stabilization {
+			m.stepDown(now, false)
+			return
+		}
+	}
+}
+
+// stepDown ends this node's term: release the lease, tell everyone, and
+// schedule the next campaign (after the hold, if hold).
+func (m *Machine) stepDown(now time.Time, hold bool) {
+	m.ready.Release = m.term
+	m.broadcast(Message{Type: MsgResign, Leader: m.cfg.Self.Node, Term: m.term, Hold: hold})
+	m.state = StateFollower
+	m.forgetLeader(now)
+}
+
+// follow adopts l as leader of term.
+func (m *Machine) follow(l Node, term uint64) {
+	m.state = StateFollower
+	m.leader, m.term = l, term
+	m.deadline = time.Time{}
+	if term > m.lastTerm {
+		m.lastLeader, m.lastTerm = l, term
+	}
+}
+
+// forgetLeader clears the known leader and, for a follower, schedules the
+// campaign for the vacancy.
+func (m *Machine) forgetLeader(now time.Time) {
+	m.leader, m.term = Node{}, 0
+	if m.state == StateFollower {
+		m.scheduleCampaign(now)
+	}
+}
+
+// scheduleCampaign sets the campaign timer of an eligible follower: one
+// RankDelay per higher eligible live node plus jitter, after any hold.
+func (m *Machine) scheduleCampaign(now time.Time) {
+	if !m.cfg.Self.Eligible {
+		m.deadline = time.Time{}
+		return
+	}
+	base := now
+	if m.holdUntil.After(base) {
+		base = m.holdUntil
+	}
+	k := time.Duration(len(m.higher(now)))
+	m.deadline = base.Add(k*m.cfg.RankDelay + m.jitter())
+}
+
+// higher returns the eligible live nodes ranked above self and not holding,
+// in rank order.
+func (m *Machine) higher(now time.Time) []peer {
+	var out []peer
+	for _, p := range m.live {
+		if p.Eligible && m.cfg.Self.Less(p.Node) && !m.isHeld(p.Name, now) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j].Node) })
+	return out
+}
+
+func (m *Machine) isHeld(name string, now time.Time) bool {
+	until, ok := m.held[name]
+	return ok && now.Before(until)
+}
+
+func (m *Machine) isSelf(n Node) bool { return n == m.cfg.Self.Node }
+
+func (m *Machine) isLive(n Node) bool {
+	p, ok := m.live[n.Name]
+	return ok && p.Node == n
+}
+
+func (m *Machine) observe(e uint64) {
+	if e > m.epoch {
+		m.epoch = e
+	}
+}
+
+// stamp fills the sender fields of msg.
+func (m *Machine) stamp(msg Message) Message {
+	msg.From = m.cfg.Self.Node
+	msg.Epoch = m.epoch
+	return msg
+}
+
+func (m *Machine) send(msg Message) {
+	m.ready.Messages = append(m.ready.Messages, m.stamp(msg))
+}
+
+// broadcast sends msg to every live member, in name order.
+func (m *Machine) broadcast(msg Message) {
+	names := make([]string, 0, len(m.live))
+	for name := range m.live {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		msg.To = m.live[name].Node
+		m.send(msg)
+	}
+}
+
+func (m *Machine) jitter() time.Duration { return m.randDuration(m.cfg.Jitter) }
+
+// randDuration returns a uniform random duration in [0, d].
+func (m *Machine) randDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(m.rand.Int64N(int64(d) + 1))
+}
+
+func sortNodes(ns []Node) {
+	sort.Slice(ns, func(i, j int) bool { return ns[i].Less(ns[j]) })
+}

@@ -1,0 +1,210 @@
+package bully
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"time"
+)
+
+// Machine is the election state machine of one node. See the package doc.
+type Machine struct {
+	cfg  Config
+	rand *rand.Rand
+
+	state  State
+	leader Node   // known leader, zero when none
+	term   uint64 // epoch of the leader's term
+	epoch  uint64 // highest epoch seen or used
+
+	live      map[string]peer      // live members other than self, by name
+	held      map[string]time.Time // members that resigned with hold, until when
+	holdUntil time.Time            // this node resigned: no campaign before
+	deadline  time.Time            // the current state's timer; zero when none
+	acquiring uint64               // epoch of the lease round in flight
+	announce  time.Time            // a leader's next COORDINATOR broadcast
+
+	// lastLeader led lastTerm, the highest term this node followed or led;
+	// it adopts no lower term, so the terms it reports only grow.
+	lastLeader Node
+	lastTerm   uint64
+
+	ready Ready
+}
+
+// peer is a live member and the instant this Machine first saw it live.
+type peer struct {
+	Member
+	since time.Time
+}
+
+// New returns a Machine that starts as a follower with no leader known and,
+// if eligible, campaigns after cfg.StartupDelay unless a leader announces
+// itself first.
+func New(cfg Config, now time.Time) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := cfg.Rand
+	if r == nil {
+		h := fnv.New64a()
+		h.Write([]byte(cfg.Self.Name))
+		r = rand.New(rand.NewPCG(cfg.Self.ID, h.Sum64()))
+	}
+	m := &Machine{
+		cfg:   cfg,
+		rand:  r,
+		epoch: cfg.Epoch,
+		live:  map[string]peer{},
+		held:  map[string]time.Time{},
+	}
+	if cfg.Self.Eligible {
+		m.deadline = now.Add(cfg.StartupDelay + m.jitter())
+	}
+	return m, nil
+}
+
+// Status returns the Machine's current view.
+func (m *Machine) Status() Status {
+	return Status{State: m.state, Leader: m.leader, Term: m.term, Epoch: m.epoch}
+}
+
+// Deadline returns the instant of the next timer, zero when none is set. A
+// driver may use it to sleep until the next Tick is useful; ticking more
+// often is harmless.
+func (m *Machine) Deadline() time.Time { return m.deadline }
+
+// Ready returns and clears what the Machine asks its driver to do.
+func (m *Machine) Ready() Ready {
+	r := m.ready
+	r.Epoch = m.epoch
+	m.ready = Ready{}
+	return r
+}
+
+// SetMembers replaces the live membership (self may be included; it is
+// ignored). A leader that left the view is forgotten; a sitting leader
+// announces itself to newcomers.
+func (m *Machine) SetMembers(now time.Time, members []Member) {
+	prev := m.live
+	m.live = make(map[string]peer, len(members))
+	var newcomers []Node
+	for _, mem := range members {
+		if mem.Name == m.cfg.Self.Name {
+			continue
+		}
+		p, ok := prev[mem.Name]
+		if !ok || p.Member != mem {
+			p = peer{Member: mem, since: now}
+			newcomers = append(newcomers, mem.Node)
+		}
+		m.live[mem.Name] = p
+	}
+	for name := range m.held {
+		if _, ok := m.live[name]; !ok {
+			delete(m.held, name)
+		}
+	}
+	if !m.leader.IsZero() && !m.isSelf(m.leader) && !m.isLive(m.leader) {
+		m.forgetLeader(now)
+	}
+	if m.state == StateLeader {
+		sortNodes(newcomers)
+		for _, n := range newcomers {
+			m.send(Message{Type: MsgCoordinator, To: n, Leader: m.cfg.Self.Node, Term: m.term})
+		}
+	}
+}
+
+// Tick advances the Machine's timers to now.
+func (m *Machine) Tick(now time.Time) {
+	if !m.deadline.IsZero() && !now.Before(m.deadline) {
+		m.deadline = time.Time{}
+		m.timeout(now)
+	}
+	if m.state == StateLeader {
+		m.checkPreempt(now)
+	}
+	if m.state == StateLeader && !now.Before(m.announce) {
+		m.announceTerm(now)
+	}
+}
+
+// Step processes a message from a peer and returns the reply to send back on
+// the same exchange, if any (an ANSWER to an ELECTION).
+func (m *Machine) Step(now time.Time, msg Message) *Message {
+	if msg.From == m.cfg.Self.Node {
+		return nil
+	}
+	m.observe(msg.Epoch)
+	m.observe(msg.Term)
+	switch msg.Type {
+	case MsgElection:
+		return m.onElection(now, msg)
+	case MsgAnswer:
+		m.onAnswer(now, msg)
+	case MsgCoordinator:
+		m.onCoordinator(now, msg)
+	case MsgResign:
+		m.onResign(now, msg)
+	case MsgInfo:
+		m.conflict(now, msg.Leader, msg.Term, false)
+	}
+	return nil
+}
+
+// Acquired reports that the lease round for epoch succeeded. If the Machine
+// no longer wants that term (a higher leader appeared meanwhile), it asks for
+// the lease to be released instead.
+func (m *Machine) Acquired(now time.Time, epoch uint64) {
+	if m.state != StateAcquiring || epoch != m.acquiring {
+		m.ready.Release = epoch
+		return
+	}
+	m.acquiring = 0
+	m.state = StateLeader
+	m.leader, m.term = m.cfg.Self.Node, epoch
+	m.lastLeader, m.lastTerm = m.cfg.Self.Node, epoch
+	m.announceTerm(now)
+}
+
+// announceTerm broadcasts the leader's COORDINATOR and sets the next one.
+func (m *Machine) announceTerm(now time.Time) {
+	m.broadcast(Message{Type: MsgCoordinator, Leader: m.cfg.Self.Node, Term: m.term})
+	m.announce = now.Add(m.cfg.AnnounceInterval)
+}
+
+// AcquireFailed reports that the lease round for epoch failed; seen is the
+// highest epoch the voters reported. The node retries after a random delay
+// unless a leader became known meanwhile.
+func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64) {
+	m.observe(seen)
+	if m.state != StateAcquiring || epoch != m.acquiring {
+		return
+	}
+	m.acquiring = 0
+	m.state = StateFollower
+	if m.leader.IsZero() {
+		m.deadline = now.Add(m.cfg.RetryDelay/2 + m.randDuration(m.cfg.RetryDelay/2))
+	}
+}
+
+// LeaseLost reports that the lease of term epoch ended without renewal. The
+// node stops leading, tells the others, and campaigns again for a new term.
+func (m *Machine) LeaseLost(now time.Time, epoch uint64) {
+	if m.state != StateLeader || m.term != epoch {
+		return
+	}
+	m.stepDown(now, false)
+}
+
+// Resign makes the leader stop leading, release its lease and stay out of
+// elections for cfg.ResignHold. With Preempt, a node that outranks the next
+// leader takes leadership back once the hold and Stabilization have passed.
+func (m *Machine) Resign(now time.Time) error {
+	if m.state != StateLeader {
+		return ErrNotLeader
+	}
+	m.holdUntil = now.Add(m.cfg.ResignHold)
+	m.stepDown(now, true)
+	return nil
+}

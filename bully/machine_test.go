@@ -1,0 +1,277 @@
+package bully
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestHighestIDWins(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(5)
+	s.run(4 * time.Second)
+	if got := s.leaders(); !slices.Equal(got, []string{"n5"}) {
+		t.Fatalf("leaders = %v, want [n5]\n%s", got, s.dump())
+	}
+	if epoch := s.agree("n5", names...); epoch != 1 {
+		t.Fatalf("first term epoch = %d, want 1", epoch)
+	}
+}
+
+func TestIneligibleNodeNeverLeads(t *testing.T) {
+	s := newSim(t, true)
+	s.add("n1", 1, true)
+	s.add("n2", 2, true)
+	s.add("n9", 9, false)
+	s.run(4 * time.Second)
+	if got := s.leaders(); !slices.Equal(got, []string{"n2"}) {
+		t.Fatalf("leaders = %v, want [n2]\n%s", got, s.dump())
+	}
+	s.agree("n2", "n1", "n9")
+}
+
+func TestLeaderCrashNextHighestLeads(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(4)
+	s.run(4 * time.Second)
+	first := s.agree("n4", "n1", "n2", "n3")
+	s.crash("n4")
+	// The next highest has no one above it: it campaigns after jitter only.
+	s.run(s.nodes["n3"].m.cfg.Jitter + 5*s.step)
+	second := s.agree("n3", "n1", "n2")
+	if second <= first {
+		t.Fatalf("epoch after crash = %d, want > %d", second, first)
+	}
+}
+
+func TestHigherNodeJoiningPreemptsAfterStabilization(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", "n1", "n2")
+	stab := s.nodes["n3"].m.cfg.Stabilization
+	s.add("n9", 9, true)
+	s.run(stab - 200*time.Millisecond)
+	// Still the old leader: the newcomer adopted it rather than bully in.
+	s.agree("n3", "n1", "n2", "n9")
+	s.run(time.Second)
+	second := s.agree("n9", "n1", "n2", "n3")
+	if second <= first {
+		t.Fatalf("epoch after preemption = %d, want > %d", second, first)
+	}
+}
+
+func TestNoPreemptKeepsStableLeader(t *testing.T) {
+	s := newSim(t, false)
+	s.startCluster(3)
+	s.run(4 * time.Second)
+	s.add("n9", 9, true)
+	s.run(20 * time.Second)
+	s.agree("n3", "n1", "n2", "n9")
+}
+
+// TestElectionAnswerCoordinator checks the classic exchange: the lowest node
+// notices the leader's death first and sends ELECTION to every higher node;
+// they ANSWER, and the highest survivor announces itself with COORDINATOR.
+func TestElectionAnswerCoordinator(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(4)
+	s.run(4 * time.Second)
+	s.agree("n4", "n1", "n2", "n3")
+	s.nodes["n2"].frozen, s.nodes["n3"].frozen = true, true
+	s.crash("n4") // only n1 sees it
+	s.trace = nil
+	s.run(s.nodes["n1"].m.cfg.RankDelay*2 + s.nodes["n1"].m.cfg.Jitter + 3*s.step)
+	want := []string{
+		"ELECTION n1->n2", "ELECTION n1->n3",
+		"ANSWER n2->n1 leader=n4", "ANSWER n3->n1 leader=n4",
+	}
+	if got := brief(s.trace); !slices.Equal(got, want) {
+		t.Fatalf("trace = %q, want %q", got, want)
+	}
+	if st := s.nodes["n1"].m.Status(); st.State != StateWaiting {
+		t.Fatalf("n1 is %v, want waiting for COORDINATOR", st.State)
+	}
+	s.trace = nil
+	s.nodes["n2"].frozen, s.nodes["n3"].frozen = false, false
+	s.syncViews()
+	s.run(time.Second)
+	want = []string{"COORDINATOR n3->n1 leader=n3", "COORDINATOR n3->n2 leader=n3"}
+	if got := brief(s.trace); !slices.Equal(got, want) {
+		t.Fatalf("trace = %q, want %q", got, want)
+	}
+	s.agree("n3", "n1", "n2")
+}
+
+// TestElectionStartsElectionAbove checks the bully rule that a node receiving
+// ELECTION while no leader is known answers and starts its own election.
+func TestElectionStartsElectionAbove(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
+	now := time.Unix(0, 0)
+	m, err := New(cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n3 := Node{ID: 1, Name: "n1"}, Node{ID: 3, Name: "n3"}
+	m.SetMembers(now, []Member{{Node: n1, Eligible: true}, cfg.Self, {Node: n3, Eligible: true}})
+	m.Ready()
+	reply := m.Step(now, Message{Type: MsgElection, From: n1, To: cfg.Self.Node})
+	if reply == nil || reply.Type != MsgAnswer || reply.To != n1 {
+		t.Fatalf("reply = %v, want ANSWER to n1", reply)
+	}
+	rd := m.Ready()
+	if got := brief(rd.Messages); !slices.Equal(got, []string{"ELECTION n2->n3"}) {
+		t.Fatalf("sent %q, want ELECTION to n3", got)
+	}
+	// No ANSWER within the election timeout: n2 wins and asks for a lease.
+	m.Tick(now.Add(cfg.ElectionTimeout))
+	if rd := m.Ready(); rd.Acquire != 1 || rd.Epoch != 1 {
+		t.Fatalf("ready = %+v, want Acquire 1 with Epoch 1", rd)
+	}
+}
+
+func TestPartitionElectsOneLeaderPerSide(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(5)
+	s.run(4 * time.Second)
+	first := s.agree("n5", names...)
+	s.partition([]string{"n1", "n2"}, []string{"n3", "n4", "n5"})
+	s.run(3 * time.Second)
+	if got := s.leaders(); !slices.Equal(got, []string{"n2", "n5"}) {
+		t.Fatalf("leaders = %v, want one per side [n2 n5]\n%s", got, s.dump())
+	}
+	s.agree("n2", "n1")
+	s.agree("n5", "n3", "n4")
+	s.heal()
+	s.run(3 * time.Second)
+	healed := s.agree("n5", names...)
+	if healed <= first {
+		t.Fatalf("epoch after heal = %d, want > %d", healed, first)
+	}
+}
+
+func TestResignHandsOverAndHolds(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", names...)
+	if err := s.nodes["n3"].m.Resign(s.now); err != nil {
+		t.Fatal(err)
+	}
+	rd := s.nodes["n3"].m.Ready()
+	if rd.Release != first {
+		t.Fatalf("resign released %d, want %d", rd.Release, first)
+	}
+	s.queue = append(s.queue, rd.Messages...)
+	s.run(500 * time.Millisecond)
+	second := s.agree("n2", "n1", "n3")
+	if second <= first {
+		t.Fatalf("epoch after resign = %d, want > %d", second, first)
+	}
+	if err := s.nodes["n1"].m.Resign(s.now); err != ErrNotLeader {
+		t.Fatalf("follower resign = %v, want ErrNotLeader", err)
+	}
+	cfg := s.nodes["n3"].m.cfg
+	s.run(cfg.ResignHold + cfg.Stabilization + time.Second)
+	if third := s.agree("n3", "n1", "n2"); third <= second {
+		t.Fatalf("epoch after preempting back = %d, want > %d", third, second)
+	}
+}
+
+func TestEpochSurvivesRestart(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", names...)
+	for _, name := range names {
+		s.crash(name)
+	}
+	for _, name := range names {
+		s.start(name)
+	}
+	s.run(4 * time.Second)
+	if second := s.agree("n3", names...); second <= first {
+		t.Fatalf("epoch after full restart = %d, want > %d", second, first)
+	}
+}
+
+// TestRandomSchedules drives clusters through random crashes, restarts,
+// partitions, message loss and resigns. The sim checks after every step that
+// persisted epochs never go back, that a node never uses an epoch before it
+// is persisted, and that the terms each node leads or follows strictly grow.
+// Once the network is healed and quiet, exactly one leader must emerge.
+func TestRandomSchedules(t *testing.T) {
+	runs := 60
+	if testing.Short() {
+		runs = 15
+	}
+	for i := range runs {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := newSim(t, i%3 != 0)
+			names := s.startCluster(3 + i%4)
+			for range 25 {
+				s.randomFault(names)
+				s.run(time.Duration(s.rand.IntN(3000)) * time.Millisecond)
+			}
+			s.heal()
+			s.drop = 0
+			for _, name := range names {
+				if !s.nodes[name].up {
+					s.start(name)
+				}
+			}
+			s.run(30 * time.Second)
+			if got := s.leaders(); len(got) != 1 {
+				t.Fatalf("leaders after healing = %v, want one\n%s", got, s.dump())
+			}
+			s.agree(s.leaders()[0], names...)
+		})
+	}
+}
+
+func (s *sim) randomFault(names []string) {
+	pick := names[s.rand.IntN(len(names))]
+	switch s.rand.IntN(6) {
+	case 0:
+		s.crash(pick)
+	case 1:
+		if !s.nodes[pick].up {
+			s.start(pick)
+		}
+	case 2:
+		k := 1 + s.rand.IntN(len(names)-1)
+		perm := s.rand.Perm(len(names))
+		var a, b []string
+		for j, p := range perm {
+			if j < k {
+				a = append(a, names[p])
+			} else {
+				b = append(b, names[p])
+			}
+		}
+		s.partition(a, b)
+	case 3:
+		s.heal()
+	case 4:
+		s.drop = []float64{0, 0.1, 0.3}[s.rand.IntN(3)]
+	case 5:
+		if n := s.nodes[pick]; n.up {
+			_ = n.m.Resign(s.now)
+			s.flush(pick)
+		}
+	}
+}
+
+func brief(msgs []Message) []string {
+	var out []string
+	for _, m := range msgs {
+		s := fmt.Sprintf("%s %s->%s", m.Type, m.From.Name, m.To.Name)
+		if !m.Leader.IsZero() {
+			s += " leader=" + m.Leader.Name
+		}
+		out = append(out, s)
+	}
+	return out
+}

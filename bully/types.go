@@ -1,0 +1,164 @@
+package bully
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Node identifies a cluster member. Nodes are ranked by (ID, Name): the
+// highest eligible live node should lead.
+type Node struct {
+	ID   uint64 `msgpack:"id"`
+	Name string `msgpack:"name"`
+}
+
+// Less reports whether n ranks below o.
+func (n Node) Less(o Node) bool {
+	if n.ID != o.ID {
+		return n.ID < o.ID
+	}
+	return n.Name < o.Name
+}
+
+// IsZero reports whether n is the zero Node (no node).
+func (n Node) IsZero() bool { return n == Node{} }
+
+// String formats n as name(id).
+func (n Node) String() string { return fmt.Sprintf("%s(%d)", n.Name, n.ID) }
+
+// Member is a live member as the election sees it.
+type Member struct {
+	Node
+	// Eligible members may lead; the others only follow.
+	Eligible bool
+}
+
+// MsgType is the kind of a peer message.
+type MsgType uint8
+
+// The message types of the bully exchange.
+const (
+	// MsgElection asks a higher-ranked node whether it is alive.
+	MsgElection MsgType = iota + 1
+	// MsgAnswer is the reply to MsgElection: "I am alive, leave it to me". It
+	// carries the leader the sender follows, if any.
+	MsgAnswer
+	// MsgCoordinator announces the sender as leader of term Term.
+	MsgCoordinator
+	// MsgResign announces that the sender stopped leading term Term. With
+	// Hold set the sender will neither campaign nor answer for a while, so
+	// receivers leave it out of their election.
+	MsgResign
+	// MsgInfo tells a leader of a later term than the one it offered: the
+	// sender last followed Leader in Term. A leader that learns of another
+	// leader's term at least as high as its own yields to it or starts a new
+	// term above it, so every node sees terms only grow.
+	MsgInfo
+)
+
+var msgTypeNames = map[MsgType]string{
+	MsgElection:    "ELECTION",
+	MsgAnswer:      "ANSWER",
+	MsgCoordinator: "COORDINATOR",
+	MsgResign:      "RESIGN",
+	MsgInfo:        "INFO",
+}
+
+// String returns the protocol name of t.
+func (t MsgType) String() string {
+	if s, ok := msgTypeNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("MsgType(%d)", uint8(t))
+}
+
+// Message is one bully protocol message between two nodes.
+type Message struct {
+	Type MsgType `msgpack:"type"`
+	From Node    `msgpack:"from"`
+	To   Node    `msgpack:"to"`
+	// Epoch is the highest epoch the sender knows of.
+	Epoch uint64 `msgpack:"epoch"`
+	// Leader and Term name a term: the leader the sender follows (MsgAnswer),
+	// announces (MsgCoordinator, where Leader is the sender), ends
+	// (MsgResign) or last followed (MsgInfo). Leader is zero when the sender
+	// knows none.
+	Leader Node   `msgpack:"leader"`
+	Term   uint64 `msgpack:"term"`
+	// Hold marks a MsgResign after which the sender stays out of elections.
+	Hold bool `msgpack:"hold,omitempty"`
+}
+
+// String formats m for logs and test failures.
+func (m Message) String() string {
+	s := fmt.Sprintf("%s %s->%s epoch=%d", m.Type, m.From.Name, m.To.Name, m.Epoch)
+	if !m.Leader.IsZero() {
+		s += fmt.Sprintf(" leader=%s term=%d", m.Leader.Name, m.Term)
+	}
+	return s
+}
+
+// State is a Machine's role in the election.
+type State int
+
+// The states of a Machine.
+const (
+	// StateFollower: not campaigning; following the known leader, or waiting
+	// for the campaign timer when there is none.
+	StateFollower State = iota
+	// StateElecting: ELECTION sent to every higher eligible node; waiting for
+	// an ANSWER until the election timeout.
+	StateElecting
+	// StateWaiting: a higher node answered; waiting for its COORDINATOR.
+	StateWaiting
+	// StateAcquiring: the election is won; waiting for the lease round.
+	StateAcquiring
+	// StateLeader: leading the current term.
+	StateLeader
+)
+
+var stateNames = [...]string{"follower", "electing", "waiting", "acquiring", "leader"}
+
+// String returns the lower-case name of s.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Campaigning reports whether s is one of the states of an election in
+// progress.
+func (s State) Campaigning() bool {
+	return s == StateElecting || s == StateWaiting || s == StateAcquiring
+}
+
+// ErrNotLeader is returned by Resign when the node does not lead.
+var ErrNotLeader = errors.New("bully: not leader")
+
+// Status is a snapshot of a Machine's view.
+type Status struct {
+	State State
+	// Leader is the leader this node knows of, zero when none.
+	Leader Node
+	// Term is the epoch of Leader's term (0 when none).
+	Term uint64
+	// Epoch is the highest epoch this node has seen or used.
+	Epoch uint64
+}
+
+// Ready is what a Machine asks its driver to do. The driver must persist
+// Epoch (when it is higher than what is stored) before it sends Messages or
+// runs the lease round, so that no epoch is ever used twice across restarts.
+type Ready struct {
+	// Messages to send, each to its To node. Lost messages are tolerated.
+	Messages []Message
+	// Acquire, when non-zero, asks the driver to run the lease round for
+	// that epoch and then call Acquired or AcquireFailed.
+	Acquire uint64
+	// Release, when non-zero, asks the driver to release the lease of that
+	// epoch, so the next leader need not wait for it to expire.
+	Release uint64
+	// Epoch is the highest epoch seen or used so far.
+	Epoch uint64
+}
