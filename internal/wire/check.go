@@ -67,7 +67,7 @@ func (c *checker) value(depth int) error {
 	t := c.b[c.off]
 	c.off++
 	switch {
-	case t <= 0x7f || t >= 0xe0 || (t >= 0xc0 && t <= 0xc3): // fixint, nil, bool
+	case t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3: // fixint, nil, bool
 		return nil
 	case t >= 0xa0 && t <= 0xbf: // fixstr
 		return c.payload(uint64(t & 0x1f))

@@ -1,0 +1,73 @@
+package leasing
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestEpochStoreRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "epoch")
+	s, err := OpenEpochStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Epoch() != 0 {
+		t.Fatalf("fresh epoch = %d, want 0", s.Epoch())
+	}
+	for _, e := range []uint64{3, 2, 7, 7} {
+		if err := s.Raise(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := OpenEpochStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Epoch() != 7 {
+		t.Fatalf("reloaded epoch = %d, want 7 (raises only go up)", s2.Epoch())
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Fatalf("data dir holds %d entries, want only the epoch file", len(entries))
+	}
+}
+
+func TestEpochStoreRefusesCorruptFile(t *testing.T) {
+	good := string(encodeEpoch(42))
+	cases := map[string]string{
+		"empty":        "",
+		"truncated":    good[:len(good)-5],
+		"flipped":      strings.Replace(good, "42", "43", 1),
+		"garbage":      "\x00\xff\xfe",
+		"extra line":   good + "x\n",
+		"wrong header": strings.Replace(good, "v1", "v9", 1),
+		"huge":         strings.Repeat("x", maxStateFile+10),
+	}
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "epoch")
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := OpenEpochStore(path)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("open = %v, want ErrCorrupt naming %s", err, path)
+			}
+		})
+	}
+}
+
+func FuzzDecodeEpoch(f *testing.F) {
+	f.Add(encodeEpoch(0))
+	f.Add(encodeEpoch(1<<64 - 1))
+	f.Add([]byte("tenure-epoch v1\nepoch 5\ncrc32 00000000\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := decodeEpoch(data)
+		if err == nil && string(encodeEpoch(e)) != string(data) {
+			t.Fatalf("accepted non-canonical file %q as epoch %d", data, e)
+		}
+	})
+}
