@@ -1,0 +1,223 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/wire"
+)
+
+// errTooLarge reports that a response did not fit in a frame and a
+// frame_too_large error was sent in its place.
+var errTooLarge = errors.New("rpc: response too large")
+
+// conn is one server-side connection. Its goroutine (serve) does all reads
+// and writes, except that during a watch a second goroutine reads to learn
+// when the client leaves.
+type conn struct {
+	srv     *Server
+	nc      net.Conn
+	log     *slog.Logger
+	max     int
+	greeted bool // the handshake succeeded; errors now travel as Responses
+
+	mu       sync.Mutex // guards stopping and read deadlines
+	stopping bool
+}
+
+func newConn(s *Server, nc net.Conn, id uint64) *conn {
+	return &conn{srv: s, nc: nc, log: s.log.With("conn", id), max: s.cfg.MaxFrame}
+}
+
+// serve runs the connection: handshake, then requests until the client
+// leaves, sends a bad frame, starts a watch that ends, or the server closes.
+func (c *conn) serve() {
+	defer c.srv.wg.Done()
+	defer c.nc.Close()
+	defer c.srv.forget(c) // free the slot before the client can see EOF
+	if !c.handshake() {
+		return
+	}
+	for c.next() {
+	}
+}
+
+// stop interrupts the connection's reads for good; called by Server.Close.
+func (c *conn) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopping = true
+	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+}
+
+func (c *conn) isStopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopping
+}
+
+// armRead sets the read deadline d from now (none if d is 0), unless stop
+// has already set one in the past.
+func (c *conn) armRead(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return
+	}
+	var t time.Time
+	if d > 0 {
+		t = time.Now().Add(d)
+	}
+	_ = c.nc.SetReadDeadline(t)
+}
+
+// handshake reads the client's Hello and answers it; false ends the
+// connection.
+func (c *conn) handshake() bool {
+	c.armRead(c.srv.cfg.HandshakeTimeout)
+	b, err := wire.ReadFrame(c.nc, c.max)
+	if err != nil {
+		c.readFailed(err)
+		return false
+	}
+	var h Hello
+	if err := wire.Unmarshal(b, &h); err != nil || h.Version == nil {
+		c.log.Warn("rpc: first frame is not a hello; closing connection", "err", err, "bytes", len(b))
+		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello: {"version": 1, "client": "..."}`))
+		return false
+	}
+	if *h.Version != ProtocolVersion {
+		c.log.Warn("rpc: unsupported protocol version; closing connection",
+			"version", *h.Version, "client", clip(h.Client))
+		c.sendError(0, newError(CodeUnsupportedVersion,
+			fmt.Sprintf("this agent speaks protocol version %d, not %d", ProtocolVersion, *h.Version)))
+		return false
+	}
+	c.log = c.log.With("client", clip(h.Client))
+	c.log.Debug("rpc: client connected")
+	if c.sendHello(nil) != nil {
+		return false
+	}
+	c.greeted = true
+	return true
+}
+
+// next reads and answers one request; false ends the connection.
+func (c *conn) next() bool {
+	c.armRead(c.srv.cfg.IdleTimeout)
+	b, err := wire.ReadFrame(c.nc, c.max)
+	if err != nil {
+		c.readFailed(err)
+		return false
+	}
+	var req Request
+	if err := wire.Unmarshal(b, &req); err != nil {
+		c.log.Warn("rpc: malformed request; closing connection", "err", err, "bytes", len(b))
+		c.sendError(0, newError(CodeBadRequest, "malformed request: "+err.Error()))
+		return false
+	}
+	if req.Op == OpWatch {
+		c.watch(req)
+		return false
+	}
+	return c.answer(req)
+}
+
+// readFailed logs a failed read and tells the client why when it can.
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		c.log.Debug("rpc: client closed the connection")
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		// The body was not read, so the stream is out of step: say why, close.
+		c.log.Warn("rpc: frame too large; closing connection", "err", err)
+		c.sendError(0, newError(CodeFrameTooLarge, fmt.Sprintf("frames are limited to %d bytes", c.max)))
+	case c.isStopping():
+		// Server.Close interrupted the read.
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Debug("rpc: connection timed out waiting for the client", "greeted", c.greeted)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.log.Warn("rpc: truncated frame; closing connection", "err", err)
+		c.sendError(0, newError(CodeBadRequest, "truncated frame"))
+	default:
+		c.log.Warn("rpc: read failed; closing connection", "err", err)
+	}
+}
+
+// sendHello writes a HelloReply carrying e (nil on success).
+func (c *conn) sendHello(e *Error) error {
+	b, err := wire.Marshal(HelloReply{Version: ProtocolVersion, Agent: c.srv.cfg.AgentVersion,
+		MaxFrame: uint64(c.max), Error: e})
+	if err != nil {
+		c.log.Error("rpc: encode hello reply", "err", err)
+		return err
+	}
+	return c.write(b)
+}
+
+// sendError reports e to the client: in a HelloReply before the handshake
+// has succeeded, in a Response for seq after.
+func (c *conn) sendError(seq uint64, e *Error) error {
+	if !c.greeted {
+		return c.sendHello(e)
+	}
+	return c.send(Response{Seq: seq, Error: e})
+}
+
+// sendBody encodes v as the body of a response to seq.
+func (c *conn) sendBody(seq uint64, v any, stream bool) error {
+	raw, err := wire.Marshal(v)
+	if err != nil {
+		c.log.Error("rpc: encode response body", "seq", seq, "err", err)
+		return c.send(Response{Seq: seq, Error: newError(CodeInternal, "cannot encode the response")})
+	}
+	return c.send(Response{Seq: seq, Body: raw, Stream: stream})
+}
+
+// send writes resp. A response too large for a frame is replaced by a
+// frame_too_large error for the same seq, and errTooLarge is returned.
+func (c *conn) send(resp Response) error {
+	b, err := wire.Marshal(resp)
+	if err != nil {
+		c.log.Error("rpc: encode response", "seq", resp.Seq, "err", err)
+		return err
+	}
+	if len(b) > c.max {
+		c.log.Warn("rpc: response exceeds the frame limit", "seq", resp.Seq, "bytes", len(b), "max_frame", c.max)
+		msg := fmt.Sprintf("the response of %d bytes exceeds the %d-byte frame limit", len(b), c.max)
+		if err := c.send(Response{Seq: resp.Seq, Error: newError(CodeFrameTooLarge, msg)}); err != nil {
+			return err
+		}
+		return errTooLarge
+	}
+	return c.write(b)
+}
+
+// write writes one frame within the write timeout.
+func (c *conn) write(b []byte) error {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	err := wire.WriteFrame(c.nc, b)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Warn("rpc: client is not reading; cutting it off", "write_timeout", c.srv.cfg.WriteTimeout)
+	default:
+		c.log.Debug("rpc: write failed; closing connection", "err", err)
+	}
+	return err
+}
+
+// clip shortens client-chosen strings before they reach the log.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

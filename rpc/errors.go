@@ -1,0 +1,133 @@
+package rpc
+
+import (
+	"errors"
+	"strings"
+)
+
+// Error codes, as carried in Error.Code. They are stable: clients match on
+// them, so a code is never renamed or reused.
+const (
+	CodeNoLeader           = "no_leader"
+	CodeNotLeader          = "not_leader"
+	CodeUnknownOp          = "unknown_op"
+	CodeBadRequest         = "bad_request"
+	CodeFrameTooLarge      = "frame_too_large"
+	CodeUnsupportedVersion = "unsupported_version"
+	CodeShuttingDown       = "shutting_down"
+	CodeInternal           = "internal"
+	CodeBusy               = "too_many_connections"
+)
+
+// Sentinel errors. Errors returned by the Client wrap one of them when the
+// agent reported the matching code, so callers test with errors.Is. A Backend
+// returns (an error wrapping) one of them to send its code.
+var (
+	// ErrNoLeader: no leader is known.
+	ErrNoLeader = errors.New("rpc: no leader")
+	// ErrNotLeader: the operation needs this node to lead, and it does not.
+	ErrNotLeader = errors.New("rpc: not the leader")
+	// ErrUnknownOp: the agent does not know the requested op (it may be
+	// older than the client). The connection stays usable.
+	ErrUnknownOp = errors.New("rpc: unknown op")
+	// ErrBadRequest: the agent could not make sense of a frame.
+	ErrBadRequest = errors.New("rpc: bad request")
+	// ErrFrameTooLarge: a frame exceeded the size limit.
+	ErrFrameTooLarge = errors.New("rpc: frame too large")
+	// ErrUnsupportedVersion: the two sides speak no common protocol version.
+	ErrUnsupportedVersion = errors.New("rpc: unsupported protocol version")
+	// ErrShuttingDown: the agent is stopping.
+	ErrShuttingDown = errors.New("rpc: agent shutting down")
+	// ErrInternal: the agent failed; its log says why.
+	ErrInternal = errors.New("rpc: internal agent error")
+	// ErrBusy: the agent serves too many connections already.
+	ErrBusy = errors.New("rpc: too many connections")
+	// ErrAgentUnreachable: nothing answers at the socket path. Returned by
+	// Dial (and by calls that must reconnect); never sent on the wire.
+	ErrAgentUnreachable = errors.New("rpc: agent unreachable")
+)
+
+// knownCodes lists every code that maps to a sentinel, in the order the
+// server tries them when it maps a Backend error to a code.
+func knownCodes() []string {
+	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeBadRequest,
+		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy}
+}
+
+// sentinel returns the sentinel error for code, or nil for an unknown code.
+func sentinel(code string) error {
+	switch code {
+	case CodeNoLeader:
+		return ErrNoLeader
+	case CodeNotLeader:
+		return ErrNotLeader
+	case CodeUnknownOp:
+		return ErrUnknownOp
+	case CodeBadRequest:
+		return ErrBadRequest
+	case CodeFrameTooLarge:
+		return ErrFrameTooLarge
+	case CodeUnsupportedVersion:
+		return ErrUnsupportedVersion
+	case CodeShuttingDown:
+		return ErrShuttingDown
+	case CodeInternal:
+		return ErrInternal
+	case CodeBusy:
+		return ErrBusy
+	}
+	return nil
+}
+
+// Error is an error as it travels on the wire: a stable code and a message
+// for people. The Client returns it for errors the agent reports; it wraps
+// the sentinel error for its code.
+type Error struct {
+	// Code is one of the Code constants (or a newer code this package does
+	// not know).
+	Code string `msgpack:"code" json:"code"`
+	// Message explains the error; it may be empty.
+	Message string `msgpack:"message" json:"message"`
+}
+
+// Error returns the sentinel's text followed by the agent's message.
+func (e *Error) Error() string {
+	base := "rpc: agent error " + e.Code
+	if s := sentinel(e.Code); s != nil {
+		base = s.Error()
+	}
+	if e.Message == "" || e.Message == base {
+		return base
+	}
+	return base + ": " + e.Message
+}
+
+// Unwrap returns the sentinel error for the code, or nil for an unknown code.
+func (e *Error) Unwrap() error { return sentinel(e.Code) }
+
+// newError builds an Error with code and message.
+func newError(code, msg string) *Error { return &Error{Code: code, Message: msg} }
+
+// wireError converts a Backend error to its wire form. ok is false when err
+// wraps no sentinel: an internal error, whose text the caller logs but does
+// not send.
+func wireError(err error) (e *Error, ok bool) {
+	if errors.As(err, &e) && sentinel(e.Code) != nil {
+		return newError(e.Code, e.Message), true
+	}
+	for _, code := range knownCodes() {
+		if s := sentinel(code); errors.Is(err, s) {
+			return newError(code, trimSentinel(err.Error(), s)), true
+		}
+	}
+	return nil, false
+}
+
+// trimSentinel drops a trailing sentinel text from msg, since the client adds
+// it back: "agent: no quorum: rpc: no leader" travels as "agent: no quorum".
+func trimSentinel(msg string, s error) string {
+	if msg == s.Error() {
+		return ""
+	}
+	return strings.TrimSuffix(msg, ": "+s.Error())
+}

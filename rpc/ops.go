@@ -1,0 +1,151 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tenurehq/tenure/internal/wire"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// unaryHandler answers one request-response op. body is the request's body,
+// already checked to be well-formed msgpack (nil when absent); decode it
+// with wire.Unmarshal and wrap a failure with ErrBadRequest. The result is
+// encoded as the response body.
+type unaryHandler func(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error)
+
+// unary returns the handler for a request-response op, or nil. To add an op:
+// an Op constant in rpc.go, a case here, a small handler below, a Client
+// method, and its section in docs/PROTOCOL.md.
+func unary(op string) unaryHandler {
+	switch op {
+	case OpStatus:
+		return opStatus
+	case OpLeader:
+		return opLeader
+	case OpMembers:
+		return opMembers
+	case OpResign:
+		return opResign
+	}
+	return nil
+}
+
+func opStatus(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
+	return b.Status(ctx)
+}
+
+func opLeader(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
+	return b.Leader(ctx)
+}
+
+func opMembers(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
+	ms, err := b.Members(ctx)
+	if ms == nil {
+		ms = []Member{} // an empty array on the wire, never nil
+	}
+	return ms, err
+}
+
+func opResign(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
+	return nil, b.Resign(ctx)
+}
+
+// answer runs a request-response op and writes its response; false ends
+// the connection.
+func (c *conn) answer(req Request) bool {
+	h := unary(req.Op)
+	if h == nil {
+		c.log.Warn("rpc: unknown op", "op", clip(req.Op), "seq", req.Seq)
+		err := c.sendError(req.Seq, newError(CodeUnknownOp, fmt.Sprintf("unknown op %q", clip(req.Op))))
+		return err == nil
+	}
+	ctx, cancel := context.WithCancel(c.srv.ctx)
+	defer cancel()
+	body, err := h(ctx, c.srv.cfg.Backend, req.Body)
+	if err != nil {
+		err = c.sendError(req.Seq, c.backendError(req.Op, err))
+	} else {
+		err = c.sendBody(req.Seq, body, false)
+	}
+	return err == nil || errors.Is(err, errTooLarge)
+}
+
+// backendError converts an error from the Backend for the wire; errors that
+// wrap no sentinel are logged and sent as a short internal error.
+func (c *conn) backendError(op string, err error) *Error {
+	if e, ok := wireError(err); ok {
+		return e
+	}
+	if c.srv.ctx.Err() != nil {
+		return newError(CodeShuttingDown, "the agent is stopping")
+	}
+	c.log.Error("rpc: backend failed", "op", op, "err", err)
+	return newError(CodeInternal, op+" failed; the agent's log has the details")
+}
+
+// watch streams events for the request until the client leaves, the
+// subscription ends or the server closes. It owns the rest of the
+// connection's life: the connection accepts no other request.
+func (c *conn) watch(req Request) {
+	c.armRead(0) // watches are exempt from the idle timeout
+	events, cancel, err := c.srv.cfg.Backend.Watch(c.srv.ctx)
+	if err != nil {
+		c.sendError(req.Seq, c.backendError(OpWatch, err))
+		return
+	}
+	defer cancel()
+	c.log.Debug("rpc: watch started", "seq", req.Seq)
+	if end := c.stream(req.Seq, events, c.watchPeer()); end != nil {
+		_ = c.send(Response{Seq: req.Seq, Error: end})
+	}
+	c.log.Debug("rpc: watch ended", "seq", req.Seq)
+}
+
+// stream forwards events as stream frames. It returns the error for the
+// final frame, or nil when no final frame can or should be sent.
+func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error {
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok || c.srv.ctx.Err() != nil {
+				return newError(CodeShuttingDown, "the agent is stopping")
+			}
+			if err := c.sendBody(seq, ev, true); err != nil {
+				return nil // cut off, or a frame_too_large final frame was sent
+			}
+		case err := <-peer:
+			return c.peerEnded(err)
+		case <-c.srv.ctx.Done():
+			return newError(CodeShuttingDown, "the agent is stopping")
+		}
+	}
+}
+
+// watchPeer reads from the connection during a watch, where the client must
+// send nothing, and reports the first frame (nil) or read error. The
+// goroutine ends when serve closes the connection.
+func (c *conn) watchPeer() <-chan error {
+	done := make(chan error, 1)
+	c.srv.wg.Add(1)
+	go func() {
+		defer c.srv.wg.Done()
+		_, err := wire.ReadFrame(c.nc, c.max)
+		done <- err
+	}()
+	return done
+}
+
+// peerEnded decides how a watch ends once the client has spoken or left.
+func (c *conn) peerEnded(err error) *Error {
+	switch {
+	case c.srv.ctx.Err() != nil:
+		return newError(CodeShuttingDown, "the agent is stopping")
+	case err == nil || errors.Is(err, wire.ErrFrameTooLarge):
+		c.log.Warn("rpc: client sent a frame during a watch; ending it")
+		return newError(CodeBadRequest, "a watching connection accepts no requests; open another connection")
+	}
+	c.log.Debug("rpc: client left the watch", "err", err)
+	return nil
+}

@@ -1,0 +1,85 @@
+// Package rpc owns the local socket protocol: message types, op codes, error
+// codes, server, Go client. It knows nothing of election internals: the agent
+// answers requests through the Backend interface.
+//
+// The protocol is specified byte by byte in docs/PROTOCOL.md. In short, every
+// frame is a 4-byte big-endian length followed by one msgpack map (see package
+// internal/wire). The client opens with a Hello and the server answers with a
+// HelloReply; after that the client sends Requests and the server answers each
+// with a Response carrying the same seq. A watch request turns the connection
+// into a one-way stream of events.
+//
+// What is not guaranteed: the answers describe the agent's view when it
+// answered. A leader reported by Leader or Status may have lost its lease by
+// the time the caller acts; resources must check the epoch (a fencing token),
+// not trust the answer.
+package rpc
+
+import "github.com/vmihailenco/msgpack/v5"
+
+// ProtocolVersion is the only protocol version this package speaks.
+const ProtocolVersion = 1
+
+// Op names, as sent in Request.Op. New ops get a constant here and a case in
+// the server's dispatch (ops.go).
+const (
+	// OpStatus asks for this node's Status. No request body.
+	OpStatus = "status"
+	// OpLeader asks for the current LeaderInfo. No request body. Fails with
+	// no_leader when no leader is known.
+	OpLeader = "leader"
+	// OpMembers asks for the member list ([]Member). No request body.
+	OpMembers = "members"
+	// OpResign asks this node to give up leadership. No request or response
+	// body. Fails with not_leader when this node does not lead.
+	OpResign = "resign"
+	// OpWatch turns the connection into a stream of Events, starting with the
+	// current state. No request body.
+	OpWatch = "watch"
+)
+
+// Hello is the first frame a client sends.
+type Hello struct {
+	// Version is the protocol version the client speaks; it must be present.
+	Version *uint64 `msgpack:"version"`
+	// Client names the client program, for the agent's log.
+	Client string `msgpack:"client"`
+}
+
+// HelloReply is the server's answer to a Hello.
+type HelloReply struct {
+	// Version is the protocol version the server speaks.
+	Version uint64 `msgpack:"version"`
+	// Agent is the agent's version string.
+	Agent string `msgpack:"agent"`
+	// MaxFrame is the largest frame body, in bytes, the server sends or
+	// accepts on this connection.
+	MaxFrame uint64 `msgpack:"max_frame"`
+	// Error is nil when the handshake succeeded. Otherwise the server closes
+	// the connection after this frame.
+	Error *Error `msgpack:"error"`
+}
+
+// Request is one call from client to server.
+type Request struct {
+	// Seq is chosen by the client (1 or more) and echoed in the response.
+	Seq uint64 `msgpack:"seq"`
+	// Op is one of the Op constants.
+	Op string `msgpack:"op"`
+	// Body is the op-specific argument, or nil.
+	Body msgpack.RawMessage `msgpack:"body"`
+}
+
+// Response is the server's answer to a Request, or one event of a stream.
+type Response struct {
+	// Seq echoes the request's seq; 0 when the error concerns the connection
+	// rather than one request.
+	Seq uint64 `msgpack:"seq"`
+	// Error is nil on success.
+	Error *Error `msgpack:"error"`
+	// Body is the op-specific result, or nil.
+	Body msgpack.RawMessage `msgpack:"body"`
+	// Stream is true on every event frame of a watch; the frame that ends a
+	// stream, and every ordinary response, carries false.
+	Stream bool `msgpack:"stream"`
+}

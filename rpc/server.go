@@ -1,0 +1,222 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/wire"
+)
+
+// Server defaults, used where a ServerConfig field is zero.
+const (
+	// DefaultMaxConns bounds the connections served at once.
+	DefaultMaxConns = 64
+	// DefaultMode is the socket file's permission bits.
+	DefaultMode os.FileMode = 0o600
+	// DefaultWriteTimeout bounds every frame write; a client that does not
+	// read for this long is cut off.
+	DefaultWriteTimeout = 5 * time.Second
+	// DefaultHandshakeTimeout bounds the wait for a client's Hello.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// minMaxFrame is the smallest MaxFrame accepted: room for a HelloReply.
+	minMaxFrame = 1 << 10
+	// busyWriteTimeout bounds the too_many_connections reply, which the
+	// accept loop writes itself.
+	busyWriteTimeout = 100 * time.Millisecond
+)
+
+// ServerConfig configures a Server. Listen copies it and never writes back.
+type ServerConfig struct {
+	// Path is the socket file to create. Required.
+	Path string
+	// Backend answers requests. Required.
+	Backend Backend
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// AgentVersion is reported to clients in the handshake.
+	AgentVersion string
+	// MaxFrame bounds frame bodies in both directions, in bytes; 0 means
+	// wire.DefaultMaxFrame (64 KiB). At least 1 KiB.
+	MaxFrame int
+	// MaxConns bounds the connections served at once; 0 means
+	// DefaultMaxConns. Over the limit a client gets too_many_connections.
+	MaxConns int
+	// Mode is the socket file's permission bits; 0 means DefaultMode (0600).
+	Mode os.FileMode
+	// IdleTimeout closes a connection that sends no request for this long;
+	// 0 means never. Watch connections are exempt.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds every frame write; 0 means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// HandshakeTimeout bounds the wait for the client's Hello; 0 means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults,
+// or an error naming the first invalid field.
+func (c ServerConfig) withDefaults() (ServerConfig, error) {
+	if c.Path == "" || c.Backend == nil {
+		return c, errors.New("rpc: server config needs a Path and a Backend")
+	}
+	if c.MaxFrame < 0 || c.MaxConns < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.HandshakeTimeout < 0 {
+		return c, errors.New("rpc: server config has a negative limit or timeout")
+	}
+	if c.MaxFrame != 0 && c.MaxFrame < minMaxFrame {
+		return c, fmt.Errorf("rpc: server config MaxFrame %d is below %d", c.MaxFrame, minMaxFrame)
+	}
+	c.MaxFrame = orDefault(c.MaxFrame, wire.DefaultMaxFrame)
+	c.MaxConns = orDefault(c.MaxConns, DefaultMaxConns)
+	c.Mode = orDefault(c.Mode, DefaultMode)
+	c.WriteTimeout = orDefault(c.WriteTimeout, DefaultWriteTimeout)
+	c.HandshakeTimeout = orDefault(c.HandshakeTimeout, DefaultHandshakeTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Server serves the protocol on a Unix socket. Create it with Listen.
+type Server struct {
+	cfg    ServerConfig
+	log    *slog.Logger
+	ln     *net.UnixListener
+	ctx    context.Context // cancelled by Close; parent of every request
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the accept loop and every connection goroutine
+	once   sync.Once
+
+	mu     sync.Mutex // guards the fields below
+	conns  map[*conn]struct{}
+	nextID uint64
+	closed bool
+}
+
+// Listen creates the socket at cfg.Path and starts serving in the
+// background. It creates the parent directory (mode 0700) if missing. It
+// replaces a stale socket file left by a dead agent, but refuses a path
+// where another agent answers and never deletes a file that is not a socket.
+func Listen(cfg ServerConfig) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listenSocket(cfg.Path, cfg.Mode, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
+		conns: make(map[*conn]struct{})}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.log.Info("rpc: listening", "path", cfg.Path, "max_conns", cfg.MaxConns)
+	return s, nil
+}
+
+// Path returns the socket path.
+func (s *Server) Path() string { return s.cfg.Path }
+
+// Close stops accepting, ends watches with shutting_down, closes every
+// connection, waits for every goroutine of the server and removes the
+// socket file. It cancels the context of Backend calls and waits for them to
+// return; a write to a client that does not read can hold it up for
+// WriteTimeout. It is idempotent and safe to call concurrently.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.ln.Close() // also removes the socket file
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.stop()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+		s.log.Info("rpc: closed", "path", s.cfg.Path)
+	})
+	return nil
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err == nil {
+			backoff = 0
+			s.admit(nc)
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		// Out of file descriptors, most likely: wait and retry rather than
+		// stop serving for good.
+		backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+		s.log.Warn("rpc: accept failed; retrying", "path", s.cfg.Path, "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// admit starts serving nc, or turns it away when the server is full or
+// closing.
+func (s *Server) admit(nc net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		nc.Close()
+	case len(s.conns) >= s.cfg.MaxConns:
+		s.log.Warn("rpc: too many connections; refusing one", "max_conns", s.cfg.MaxConns)
+		s.refuseBusy(nc)
+	default:
+		s.nextID++
+		c := newConn(s, nc, s.nextID)
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		go c.serve()
+	}
+}
+
+// refuseBusy answers a connection over the limit with a HelloReply carrying
+// too_many_connections, without reading its Hello, and closes it. A fresh
+// socket's send buffer is empty, so the write does not block in practice;
+// the deadline makes sure.
+func (s *Server) refuseBusy(nc net.Conn) {
+	defer nc.Close()
+	msg := fmt.Sprintf("the agent serves %d connections already", s.cfg.MaxConns)
+	b, err := wire.Marshal(HelloReply{Version: ProtocolVersion, Agent: s.cfg.AgentVersion,
+		MaxFrame: uint64(s.cfg.MaxFrame), Error: newError(CodeBusy, msg)})
+	if err != nil {
+		return
+	}
+	_ = nc.SetWriteDeadline(time.Now().Add(busyWriteTimeout))
+	_ = wire.WriteFrame(nc, b)
+}
+
+// forget removes c from the connection set.
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}

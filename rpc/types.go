@@ -1,0 +1,126 @@
+package rpc
+
+import "context"
+
+// The types below travel in response bodies and are also what
+// `tenure status --json` and friends print, so their msgpack and JSON names
+// are identical and must not change.
+
+// LeaderInfo names a leader and the epoch of its term.
+type LeaderInfo struct {
+	// Node is the leader's node name.
+	Node string `msgpack:"node" json:"node"`
+	// ID is the leader's node ID.
+	ID uint64 `msgpack:"id" json:"id"`
+	// Epoch numbers the leader's term; use it as a fencing token.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+}
+
+// Status describes the answering node.
+type Status struct {
+	// Node is this node's name.
+	Node string `msgpack:"node" json:"node"`
+	// ID is this node's ID.
+	ID uint64 `msgpack:"id" json:"id"`
+	// IsLeader reports whether this node holds leadership now.
+	IsLeader bool `msgpack:"is_leader" json:"is_leader"`
+	// Leader is the known leader, or nil when none is known.
+	Leader *LeaderInfo `msgpack:"leader" json:"leader"`
+	// Epoch is the highest epoch this node knows.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+	// LeaseRemainingMS is how long this node's lease still runs, in
+	// milliseconds; 0 when it does not lead.
+	LeaseRemainingMS int64 `msgpack:"lease_remaining_ms" json:"lease_remaining_ms"`
+	// Members counts the live members.
+	Members int `msgpack:"members" json:"members"`
+	// State is "leader", "follower", "candidate", "no-quorum", or another
+	// state the agent defines.
+	State string `msgpack:"state" json:"state"`
+	// Consistency is "available" or "quorum".
+	Consistency string `msgpack:"consistency" json:"consistency"`
+	// Reason says why there is no leader, when known.
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// Member status values (Member.Status).
+const (
+	MemberAlive   = "alive"
+	MemberLeaving = "leaving"
+	MemberLeft    = "left"
+	MemberFailed  = "failed"
+)
+
+// Member is one cluster member as the answering node sees it.
+type Member struct {
+	// Name is the member's node name.
+	Name string `msgpack:"name" json:"name"`
+	// ID is the member's node ID.
+	ID uint64 `msgpack:"id" json:"id"`
+	// Addr is the member's gossip address (host:port).
+	Addr string `msgpack:"addr" json:"addr"`
+	// PeerAddr is the member's direct peer-transport address (host:port).
+	PeerAddr string `msgpack:"peer_addr" json:"peer_addr"`
+	// Status is one of MemberAlive, MemberLeaving, MemberLeft, MemberFailed.
+	Status string `msgpack:"status" json:"status"`
+	// Voter reports whether the member grants leases.
+	Voter bool `msgpack:"voter" json:"voter"`
+	// Eligible reports whether the member may lead.
+	Eligible bool `msgpack:"eligible" json:"eligible"`
+	// IsLeader reports whether the member is the known leader.
+	IsLeader bool `msgpack:"is_leader" json:"is_leader"`
+}
+
+// Event names (Event.Event).
+const (
+	EventLeaderChanged  = "leader-changed"
+	EventBecameLeader   = "became-leader"
+	EventLostLeadership = "lost-leadership"
+	EventNoLeader       = "no-leader"
+	EventMemberJoin     = "member-join"
+	EventMemberLeave    = "member-leave"
+	EventMemberFailed   = "member-failed"
+	EventMemberUpdate   = "member-update"
+)
+
+// Event is one leadership or membership change, as streamed by a watch.
+type Event struct {
+	// Time is when the event happened: RFC 3339 with nanoseconds, UTC.
+	Time string `msgpack:"time" json:"time"`
+	// Event is one of the Event constants.
+	Event string `msgpack:"event" json:"event"`
+	// Leader is the leader after the event, or nil.
+	Leader *LeaderInfo `msgpack:"leader" json:"leader"`
+	// Node is the node the event is about: the member for member events,
+	// the reporting node otherwise.
+	Node string `msgpack:"node" json:"node"`
+	// Member describes the member for member events.
+	Member *Member `msgpack:"member,omitempty" json:"member,omitempty"`
+}
+
+// Backend answers the server's requests; the agent implements it.
+//
+// The server calls its methods from one goroutine per connection, so they
+// may run concurrently. Each must return promptly once ctx is cancelled:
+// Server.Close cancels it and then waits for every call to return.
+// Errors that wrap one of this package's sentinel errors (ErrNoLeader,
+// ErrNotLeader, ...) reach the client with that error's code; any other
+// error is logged and reported as ErrInternal.
+type Backend interface {
+	// Status describes this node.
+	Status(ctx context.Context) (Status, error)
+	// Leader returns the known leader, or an error wrapping ErrNoLeader.
+	Leader(ctx context.Context) (LeaderInfo, error)
+	// Members lists the members this node knows.
+	Members(ctx context.Context) ([]Member, error)
+	// Resign gives up leadership, or returns an error wrapping ErrNotLeader
+	// when this node does not lead.
+	Resign(ctx context.Context) error
+	// Watch subscribes to events. The first value(s) sent describe the
+	// current state. The channel is closed when the subscription ends
+	// (cancel called, or the agent stopping); the server then tells the
+	// client shutting_down. cancel is idempotent and the server always calls
+	// it. The server receives promptly but may block for up to
+	// ServerConfig.WriteTimeout on a slow client, so a Backend must not let
+	// one subscriber hold up the others (buffer, or coalesce).
+	Watch(ctx context.Context) (events <-chan Event, cancel func(), err error)
+}
