@@ -1,0 +1,119 @@
+package gossip
+
+import (
+	"math/rand/v2"
+
+	"github.com/hashicorp/serf/serf"
+)
+
+// greetFanout is how many members, on average, greet a failed member that
+// came back (see noteReturns).
+const greetFanout = 3
+
+// pump moves serf's events into the unbounded queue behind Events, one
+// member per event, until Shutdown or until serf stops by itself. It never
+// blocks serf: while it waits for the reader it still accepts serf's events.
+func (m *Membership) pump(in <-chan serf.Event) {
+	defer m.wg.Done()
+	defer close(m.events)
+	var queue []Event
+	failed := make(map[string]bool) // members last reported failed
+	for {
+		var out chan<- Event
+		var next Event
+		if len(queue) > 0 {
+			out, next = m.events, queue[0]
+		}
+		select {
+		case e := <-in:
+			evs := m.split(e)
+			m.noteReturns(evs, failed)
+			queue = append(queue, evs...)
+		case out <- next:
+			queue[0] = Event{}
+			queue = queue[1:]
+		case <-m.ctx.Done():
+			return
+		case <-m.serf.ShutdownCh():
+			if m.ctx.Err() == nil {
+				m.logger.Error("gossip: serf stopped by itself (lost a node-name conflict?); membership is dead")
+			}
+			return
+		}
+	}
+}
+
+// split turns one serf member event into one Event per member. Other serf
+// events (user events, queries) are not used by tenure and are dropped.
+func (m *Membership) split(e serf.Event) []Event {
+	me, ok := e.(serf.MemberEvent)
+	if !ok {
+		m.logger.Debug("gossip: ignoring serf event", "type", e.EventType().String())
+		return nil
+	}
+	t, ok := convertEventType(me.Type)
+	if !ok {
+		return nil
+	}
+	out := make([]Event, 0, len(me.Members))
+	for _, sm := range me.Members {
+		out = append(out, Event{Type: t, Member: m.convert(sm)})
+	}
+	return out
+}
+
+func convertEventType(t serf.EventType) (EventType, bool) {
+	switch t {
+	case serf.EventMemberJoin:
+		return EventJoin, true
+	case serf.EventMemberLeave:
+		return EventLeave, true
+	case serf.EventMemberFailed:
+		return EventFailed, true
+	case serf.EventMemberUpdate:
+		return EventUpdate, true
+	case serf.EventMemberReap:
+		return EventReap, true
+	}
+	return 0, false
+}
+
+// noteReturns tracks which members failed and greets those that come back.
+// A failed member that restarts on the same address without a join list or
+// snapshot is seen alive by the others at once (it refutes their failure
+// probes), but would learn of them only when one happens to pick it for a
+// push-pull sync, PushPullInterval or more later. Greeting it with a full
+// state exchange tells it about everyone now. Each member greets with
+// probability greetFanout/n, so a large cluster does not flood it.
+func (m *Membership) noteReturns(evs []Event, failed map[string]bool) {
+	for _, e := range evs {
+		name := e.Member.Name
+		switch e.Type {
+		case EventFailed:
+			failed[name] = true
+		case EventLeave, EventReap:
+			delete(failed, name)
+		case EventJoin:
+			if failed[name] {
+				delete(failed, name)
+				// Spreading load needs no reproducible randomness.
+				if rand.Float64() < greetFanout/float64(max(1, m.serf.NumNodes()-1)) {
+					m.greet(name, e.Member.Addr)
+				}
+			}
+		}
+	}
+}
+
+// greet runs a state exchange with the member at addr in the background.
+func (m *Membership) greet(name, addr string) {
+	if !m.track() {
+		return
+	}
+	go func() {
+		defer m.wg.Done()
+		if _, err := m.serf.Memberlist().Join([]string{name + "/" + addr}); err != nil {
+			m.logger.Debug("gossip: greeting a returning member failed", "member", name, "err", err)
+		}
+	}()
+}

@@ -1,0 +1,333 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/serf/serf"
+)
+
+// ErrShutdown is returned by Membership methods called after Shutdown.
+var ErrShutdown = errors.New("gossip: membership shut down")
+
+// serfEventBuffer is the capacity of the channel serf writes events to. The
+// pump goroutine drains it continuously; the buffer only has to absorb the
+// few events serf may still send while it shuts down, after the pump stopped.
+const serfEventBuffer = 256
+
+// Membership is this node's view of the cluster, kept by serf. Its methods
+// are safe for concurrent use.
+type Membership struct {
+	cfg    Config
+	logger *slog.Logger
+	ident  localIdentity
+	serf   *serf.Serf
+	net    *netLayer
+	events chan Event
+
+	ctx      context.Context // cancelled by Shutdown
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // pump, join loop, Join calls
+	tagsMu   sync.Mutex     // serialises SetTags
+	joinMu   sync.Mutex     // guards stopJoin and joinDone
+	stopJoin context.CancelFunc
+	joinDone chan struct{} // closed when the join loop exits; nil if none
+
+	mu        sync.Mutex
+	closed    bool
+	warnedIDs map[string]bool // member names whose bad id tag was logged
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Start starts gossip with a copy of cfg: it binds the gossip port, starts
+// serf and, if cfg.Join is not empty, starts joining in the background. Call
+// Shutdown (after Leave, to leave gracefully) to stop it.
+func Start(cfg Config) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Membership{
+		cfg:       cfg,
+		logger:    cfg.Logger.With("node", cfg.Name),
+		ident:     localIdentity{id: cfg.ID, peerAddr: cfg.PeerAddr, voter: cfg.Voter, eligible: cfg.Eligible},
+		events:    make(chan Event),
+		ctx:       ctx,
+		cancel:    cancel,
+		warnedIDs: make(map[string]bool),
+	}
+	serfEvents := make(chan serf.Event, serfEventBuffer)
+	if err := m.startSerf(serfEvents); err != nil {
+		cancel()
+		return nil, err
+	}
+	m.wg.Add(1)
+	go m.pump(serfEvents)
+	if len(cfg.Join) > 0 {
+		m.startJoinLoop(cfg.Join)
+	}
+	local := m.LocalMember()
+	m.logger.Info("gossip started", "addr", local.Addr, "id", cfg.ID, "peer", cfg.PeerAddr,
+		"encrypted", len(cfg.EncryptKey) > 0, "snapshot", cfg.SnapshotPath)
+	return m, nil
+}
+
+// startSerf binds the gossip transport and creates serf.
+func (m *Membership) startSerf(events chan serf.Event) error {
+	ip, port, _ := splitBindAddr(m.cfg.BindAddr) // checked by Validate
+	std := newStdLogger(m.logger)
+	nl, port, err := newNetLayer(m.ctx, ip, port, std)
+	if err != nil {
+		return err
+	}
+	sc := m.serfConfig(ip, port, events, std)
+	sc.MemberlistConfig.Transport = nl
+	if err := m.precheck(nl, sc); err != nil {
+		nl.Shutdown()
+		return err
+	}
+	s, err := serf.Create(sc)
+	if err != nil {
+		nl.Shutdown()
+		return fmt.Errorf("gossip: start serf: %w", err)
+	}
+	m.serf, m.net = s, nl
+	return nil
+}
+
+// precheck catches the usual ways serf.Create fails after it started
+// goroutines that it then leaks: a snapshot file it cannot open, and an
+// advertise address memberlist cannot work out.
+func (m *Membership) precheck(nl *netLayer, sc *serf.Config) error {
+	if sc.SnapshotPath != "" {
+		f, err := os.OpenFile(sc.SnapshotPath, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("gossip: snapshot: %w", err)
+		}
+		f.Close()
+	}
+	mc := sc.MemberlistConfig
+	if _, _, err := nl.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort); err != nil {
+		return fmt.Errorf("gossip: advertise address: %w", err)
+	}
+	return nil
+}
+
+// serfConfig translates m.cfg into serf's configuration.
+func (m *Membership) serfConfig(ip string, port int, events chan serf.Event, std *log.Logger) *serf.Config {
+	// serf.DefaultConfig panics only if os.Hostname fails; NodeName is
+	// overwritten below.
+	sc := serf.DefaultConfig()
+	sc.NodeName = m.cfg.Name
+	sc.Tags = encodeTags(m.ident, m.cfg.Tags)
+	sc.EventCh = events
+	sc.Logger, sc.LogOutput = std, nil
+	sc.SnapshotPath = m.cfg.SnapshotPath
+	sc.RejoinAfterLeave = true
+	mc := sc.MemberlistConfig
+	mc.Logger, mc.LogOutput = std, nil
+	mc.BindAddr, mc.BindPort, mc.AdvertisePort = ip, port, port
+	if m.cfg.AdvertiseAddr != "" {
+		host, advPort, _ := splitAdvertiseAddr(m.cfg.AdvertiseAddr) // checked by Validate
+		mc.AdvertiseAddr = host
+		if advPort != 0 {
+			mc.AdvertisePort = advPort
+		}
+	}
+	mc.SecretKey = m.cfg.EncryptKey
+	m.cfg.Timing.apply(sc, mc)
+	return sc
+}
+
+// LocalMember returns this node as the cluster sees it.
+func (m *Membership) LocalMember() Member {
+	return m.convert(m.serf.LocalMember())
+}
+
+// Members returns every member serf knows, in any status, sorted by name.
+func (m *Membership) Members() []Member {
+	sm := m.serf.Members()
+	out := make([]Member, 0, len(sm))
+	for _, s := range sm {
+		out = append(out, m.convert(s))
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Events returns the channel of membership changes, one member per event, in
+// the order serf reported them, starting with this node's own join. Events are queued without bound, so a slow
+// reader never stalls gossip, but should keep up. The channel is closed after
+// Shutdown (events still queued are dropped), or if serf stops by itself
+// (after losing a node-name conflict; this is logged as an error).
+func (m *Membership) Events() <-chan Event {
+	return m.events
+}
+
+// Join joins the cluster through the given gossip addresses ("ip" or
+// "ip:port"; the port defaults to this node's gossip port) and returns how
+// many it reached. An error means none was reached. If ctx ends first, Join
+// returns ctx's error and the attempt finishes in the background.
+func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, errors.New("gossip: join: no addresses")
+	}
+	if !m.track() {
+		return 0, ErrShutdown
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer m.wg.Done()
+		n, err := m.join(addrs)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), ctx.Err())
+	}
+}
+
+// join runs one serf join.
+func (m *Membership) join(addrs []string) (int, error) {
+	n, err := m.serf.Join(addrs, true)
+	if n == 0 && err == nil {
+		err = errors.New("no address reached")
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), err)
+	}
+	if err != nil {
+		m.logger.Warn("gossip: announcing join", "err", err)
+	}
+	return n, nil
+}
+
+// track registers a goroutine that Shutdown must wait for, unless Shutdown
+// has begun.
+func (m *Membership) track() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	return true
+}
+
+// SetTags replaces this node's extra tags; the reserved tags stay. The change
+// spreads by gossip as an EventUpdate.
+func (m *Membership) SetTags(extra map[string]string) error {
+	if err := checkExtraTags(extra); err != nil {
+		return err
+	}
+	m.tagsMu.Lock()
+	defer m.tagsMu.Unlock()
+	if m.isClosed() {
+		return ErrShutdown
+	}
+	if err := m.serf.SetTags(encodeTags(m.ident, extra)); err != nil {
+		return fmt.Errorf("gossip: set tags: %w", err)
+	}
+	return nil
+}
+
+// Leave leaves the cluster gracefully: it stops joining, broadcasts the
+// leave and waits up to Timing.BroadcastTimeout for it to go out plus
+// Timing.LeavePropagateDelay for it to spread. Others then see this node as
+// StatusLeft. Call Shutdown afterwards.
+func (m *Membership) Leave() error {
+	if m.isClosed() {
+		return ErrShutdown
+	}
+	m.stopJoinLoop()
+	if err := m.serf.Leave(); err != nil {
+		return fmt.Errorf("gossip: leave: %w", err)
+	}
+	m.logger.Info("gossip: left the cluster")
+	return nil
+}
+
+// Shutdown stops gossip without a leave (others will see this node fail
+// unless Leave was called first), closes Events and waits for every goroutine
+// it started. It is idempotent.
+func (m *Membership) Shutdown() error {
+	m.shutdownOnce.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+		m.cancel() // stops the join loop and pump, cuts outbound gossip streams
+		if err := m.serf.Shutdown(); err != nil {
+			m.shutdownErr = fmt.Errorf("gossip: shutdown: %w", err)
+		}
+		m.wg.Wait()
+		m.logger.Debug("gossip stopped")
+	})
+	return m.shutdownErr
+}
+
+func (m *Membership) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// convert turns a serf member into a Member, warning once per member name
+// about a missing or bad id tag.
+func (m *Membership) convert(s serf.Member) Member {
+	d := decodeTags(s.Tags)
+	if d.idErr != nil {
+		m.warnBadID(s.Name, d.idErr)
+	}
+	return Member{
+		Name:     s.Name,
+		ID:       d.id,
+		Addr:     net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))),
+		PeerAddr: d.peerAddr,
+		Voter:    d.voter,
+		Eligible: d.eligible,
+		Tags:     d.extra,
+		Status:   convertStatus(s.Status),
+	}
+}
+
+func (m *Membership) warnBadID(name string, err error) {
+	m.mu.Lock()
+	seen := m.warnedIDs[name]
+	m.warnedIDs[name] = true
+	m.mu.Unlock()
+	if !seen {
+		m.logger.Warn("gossip: member has no usable node ID; using 0", "member", name, "err", err)
+	}
+}
+
+// convertStatus maps serf's member status. StatusNone, which serf does not
+// give members it lists, is reported as failed.
+func convertStatus(s serf.MemberStatus) Status {
+	switch s {
+	case serf.StatusAlive:
+		return StatusAlive
+	case serf.StatusLeaving:
+		return StatusLeaving
+	case serf.StatusLeft:
+		return StatusLeft
+	}
+	return StatusFailed
+}

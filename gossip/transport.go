@@ -1,0 +1,255 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/wire"
+)
+
+// Errors returned by the peer transport. Call's errors also wrap
+// context.Canceled or context.DeadlineExceeded when the call's context (or
+// CallTimeout) ended it, and wire.ErrFrameTooLarge when a request or response
+// exceeds the frame limit.
+var (
+	// ErrClosed is returned by Call after, or during, Close.
+	ErrClosed = errors.New("gossip: transport closed")
+	// ErrUnreachable is wrapped by Call's errors when the request was
+	// certainly not delivered: the dial or the connection handshake failed.
+	ErrUnreachable = errors.New("gossip: peer unreachable")
+)
+
+// RemoteError is a Handler's error, returned by Call on the calling side.
+type RemoteError struct {
+	Message string
+}
+
+// Error returns the remote handler's message with a prefix.
+func (e *RemoteError) Error() string {
+	return "gossip: remote: " + e.Message
+}
+
+// Handler answers one request from a peer. It runs on the connection's own
+// goroutine: requests on one connection are handled one at a time, requests
+// on different connections concurrently. ctx ends after HandlerTimeout or
+// when the Transport closes; Close waits for running handlers, so a handler
+// must return soon after ctx ends. A returned error reaches the caller as a
+// *RemoteError holding err.Error(). A panic is recovered and reported to the
+// caller as an error.
+type Handler func(ctx context.Context, req []byte) ([]byte, error)
+
+// ConnWrapper adds a layer, such as TLS, to every peer connection. Both
+// methods run with a deadline set on conn (CallTimeout for Client,
+// HandlerTimeout for Server); on error the raw connection is closed.
+type ConnWrapper interface {
+	// Server wraps a connection accepted from a peer.
+	Server(conn net.Conn) (net.Conn, error)
+	// Client wraps a connection dialled to the peer at addr.
+	Client(conn net.Conn, addr string) (net.Conn, error)
+}
+
+// Default values used by DefaultTransportConfig and for zero fields of
+// TransportConfig.
+const (
+	DefaultTransportBindAddr = "0.0.0.0:7947"
+	DefaultCallTimeout       = 2 * time.Second
+	DefaultHandlerTimeout    = 2 * time.Second
+	DefaultMaxIdlePerPeer    = 4
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxConns          = 256
+)
+
+// TransportConfig configures a Transport. ListenTransport copies it. Zero
+// fields take the defaults documented on each field.
+type TransportConfig struct {
+	// BindAddr is the TCP address to listen on, "host:port"; port 0 picks a
+	// free port. Default DefaultTransportBindAddr.
+	BindAddr string
+	// Handler answers requests from peers. Required.
+	Handler Handler
+	// MaxFrame bounds a request or response frame, in bytes, including a few
+	// bytes of encoding. Default wire.DefaultMaxFrame.
+	MaxFrame int
+	// CallTimeout bounds a Call whose context has no deadline, and a dial's
+	// handshake. Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// HandlerTimeout bounds each request on the serving side (the handler's
+	// context) and the write of its response. Default DefaultHandlerTimeout.
+	HandlerTimeout time.Duration
+	// MaxIdlePerPeer is how many idle connections to each peer are kept for
+	// reuse. Default DefaultMaxIdlePerPeer.
+	MaxIdlePerPeer int
+	// IdleTimeout closes a pooled connection unused for this long. The
+	// serving side closes connections idle for twice as long, so set it alike
+	// on every agent. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxConns bounds the inbound connections served at once; more are
+	// closed on accept. Default DefaultMaxConns.
+	MaxConns int
+	// Wrap, if set, wraps every connection (for authentication). nil means
+	// plain TCP.
+	Wrap ConnWrapper
+	// Logger receives the transport's logs. nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultTransportConfig returns a TransportConfig with every default filled
+// in; only Handler is left to set.
+func DefaultTransportConfig() TransportConfig {
+	return TransportConfig{}.withDefaults()
+}
+
+func (c TransportConfig) withDefaults() TransportConfig {
+	setDefault(&c.BindAddr, DefaultTransportBindAddr)
+	setDefault(&c.MaxFrame, wire.DefaultMaxFrame)
+	setDefault(&c.CallTimeout, DefaultCallTimeout)
+	setDefault(&c.HandlerTimeout, DefaultHandlerTimeout)
+	setDefault(&c.MaxIdlePerPeer, DefaultMaxIdlePerPeer)
+	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&c.MaxConns, DefaultMaxConns)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Validate reports every problem with c, after applying the defaults of
+// zero fields.
+func (c TransportConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Handler == nil {
+		errs = append(errs, errors.New("gossip: transport: handler is required"))
+	}
+	if _, _, err := splitHostPort(c.BindAddr); err != nil {
+		errs = append(errs, fmt.Errorf("gossip: transport: bind address %q: %w", c.BindAddr, err))
+	}
+	if c.MaxFrame < 64 {
+		errs = append(errs, fmt.Errorf("gossip: transport: max frame %d is below 64 bytes", c.MaxFrame))
+	}
+	if c.CallTimeout < 0 || c.HandlerTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, errors.New("gossip: transport: timeouts must be positive"))
+	}
+	if c.MaxIdlePerPeer < 0 || c.MaxConns < 0 {
+		errs = append(errs, errors.New("gossip: transport: connection limits must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Transport serves peer requests with a Handler and makes requests to peers
+// with Call. Its methods are safe for concurrent use.
+type Transport struct {
+	cfg    TransportConfig
+	logger *slog.Logger
+	ln     net.Listener
+	ctx    context.Context // cancelled by Close; parent of handler contexts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // accept loop, server connections, client readers
+
+	mu      sync.Mutex
+	closed  bool
+	inbound map[net.Conn]struct{}
+	clients map[*clientConn]struct{} // every open outbound connection
+	idle    map[string][]*clientConn // pooled by address, most recent last
+
+	closeOnce sync.Once
+}
+
+// ListenTransport listens on cfg.BindAddr and serves requests until Close.
+func ListenTransport(cfg TransportConfig) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: transport: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Transport{
+		cfg:     cfg,
+		logger:  cfg.Logger,
+		ln:      ln,
+		ctx:     ctx,
+		cancel:  cancel,
+		inbound: make(map[net.Conn]struct{}),
+		clients: make(map[*clientConn]struct{}),
+		idle:    make(map[string][]*clientConn),
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	t.logger.Info("gossip: peer transport listening", "addr", t.Addr(), "wrapped", cfg.Wrap != nil)
+	return t, nil
+}
+
+// Addr returns the address the transport listens on, host:port. With an
+// unspecified bind host (0.0.0.0) it is not an address peers can dial.
+func (t *Transport) Addr() string {
+	return t.ln.Addr().String()
+}
+
+// Close stops serving, closes every connection, cancels running handlers and
+// waits for all the transport's goroutines. Calls in progress fail with
+// ErrClosed. It is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		conns := make([]net.Conn, 0, len(t.inbound)+len(t.clients))
+		for c := range t.inbound {
+			conns = append(conns, c)
+		}
+		for c := range t.clients {
+			conns = append(conns, c.conn)
+		}
+		t.mu.Unlock()
+		t.ln.Close()
+		t.cancel()
+		for _, c := range conns {
+			c.Close()
+		}
+		t.wg.Wait()
+	})
+	return nil
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// request and response are the msgpack maps inside the frames.
+type request struct {
+	Body []byte `msgpack:"b"`
+}
+
+type response struct {
+	Body []byte `msgpack:"b"`
+	Err  string `msgpack:"e"`
+}
+
+// encodeFrame encodes v and checks it fits in a frame.
+func (t *Transport) encodeFrame(v any, what string) ([]byte, error) {
+	b, err := wire.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: encode %s: %w", what, err)
+	}
+	if len(b) > t.cfg.MaxFrame {
+		return nil, fmt.Errorf("gossip: %s of %d bytes exceeds the frame limit of %d: %w",
+			what, len(b), t.cfg.MaxFrame, wire.ErrFrameTooLarge)
+	}
+	return b, nil
+}

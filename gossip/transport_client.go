@@ -1,0 +1,294 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/wire"
+)
+
+// Call sends req to the peer transport at addr and returns the response of
+// its Handler. It is bounded by ctx, or by CallTimeout if ctx has no
+// deadline. A handler's error is returned as a *RemoteError. Errors wrapping
+// ErrUnreachable mean the request was certainly not delivered; after other
+// errors the peer may or may not have handled it. Call never sends a request
+// twice.
+func (t *Transport) Call(ctx context.Context, addr string, req []byte) ([]byte, error) {
+	if t.isClosed() {
+		return nil, ErrClosed
+	}
+	frame, err := t.encodeFrame(request{Body: req}, "request")
+	if err != nil {
+		return nil, fmt.Errorf("gossip: call %s: %w", addr, err)
+	}
+	ctx, cancel := t.callContext(ctx)
+	defer cancel()
+	resp, err := t.exchange(ctx, addr, frame)
+	if err != nil {
+		return nil, t.callError(ctx, addr, err)
+	}
+	if resp.Err != "" {
+		return nil, &RemoteError{Message: resp.Err}
+	}
+	return resp.Body, nil
+}
+
+// callContext bounds ctx by CallTimeout if it has no deadline, and ends it
+// when the transport closes.
+func (t *Transport) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); ok {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.CallTimeout)
+	}
+	stop := context.AfterFunc(t.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// callError explains why a call failed, preferring the transport's or the
+// context's end to the network error it caused.
+func (t *Transport) callError(ctx context.Context, addr string, err error) error {
+	switch {
+	case t.isClosed():
+		return fmt.Errorf("gossip: call %s: %w: %w", addr, ErrClosed, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("gossip: call %s: %w: %w", addr, ctx.Err(), err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("gossip: call %s: %w: %w", addr, context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("gossip: call %s: %w", addr, err)
+}
+
+// exchange sends frame on a pooled or fresh connection and returns the
+// response. If a pooled connection fails before any byte of the request is
+// written, the request goes once more on a fresh connection.
+func (t *Transport) exchange(ctx context.Context, addr string, frame []byte) (response, error) {
+	c := t.takeIdle(addr)
+	if c == nil {
+		return t.exchangeFresh(ctx, addr, frame)
+	}
+	resp, sent, err := c.roundTrip(ctx, frame)
+	if err == nil || sent || ctx.Err() != nil {
+		return resp, err
+	}
+	t.logger.Debug("gossip: pooled peer connection failed before sending; retrying on a new one",
+		"addr", addr, "err", err)
+	return t.exchangeFresh(ctx, addr, frame)
+}
+
+func (t *Transport) exchangeFresh(ctx context.Context, addr string, frame []byte) (response, error) {
+	c, err := t.dial(ctx, addr)
+	if err != nil {
+		return response{}, err
+	}
+	resp, _, err := c.roundTrip(ctx, frame)
+	return resp, err
+}
+
+// clientConn is one outbound connection. Its reader goroutine does all the
+// reading: it hands each response to the call in flight, and it sees at once
+// when the peer closes an idle pooled connection, or when the idle deadline
+// passes, and then closes the connection and drops it from the pool.
+type clientConn struct {
+	t        *Transport
+	addr     string
+	conn     net.Conn
+	frames   chan []byte   // the response to the call in flight; capacity 1
+	dead     chan struct{} // closed when the reader exits
+	err      error         // why the reader exited; read only after dead is closed
+	inFlight atomic.Bool   // a call awaits a response
+
+	idleUntil time.Time // while pooled; guarded by t.mu
+}
+
+// dial opens a new connection to addr and starts its reader.
+func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	conn, err := t.wrapClient(ctx, raw, addr)
+	if err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("%w: handshake: %w", ErrUnreachable, err)
+	}
+	c := &clientConn{t: t, addr: addr, conn: conn, frames: make(chan []byte, 1), dead: make(chan struct{})}
+	if !t.addClient(c) {
+		conn.Close()
+		return nil, ErrClosed
+	}
+	go c.read()
+	return c, nil
+}
+
+func (t *Transport) wrapClient(ctx context.Context, raw net.Conn, addr string) (net.Conn, error) {
+	if t.cfg.Wrap == nil {
+		return raw, nil
+	}
+	deadline, _ := ctx.Deadline()
+	raw.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	return t.cfg.Wrap.Client(raw, addr)
+}
+
+// addClient registers c, and its reader for Close to wait on, unless the
+// transport is closed.
+func (t *Transport) addClient(c *clientConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.clients[c] = struct{}{}
+	t.wg.Add(1)
+	return true
+}
+
+// forget drops a dead connection from the transport and its pool.
+func (t *Transport) forget(c *clientConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.clients, c)
+	if list, ok := t.idle[c.addr]; ok {
+		list = slices.DeleteFunc(list, func(x *clientConn) bool { return x == c })
+		if len(list) == 0 {
+			delete(t.idle, c.addr)
+		} else {
+			t.idle[c.addr] = list
+		}
+	}
+}
+
+// takeIdle returns the most recently used idle connection to addr, closing
+// any that are dead or about to reach their idle deadline.
+func (t *Transport) takeIdle(addr string) *clientConn {
+	soon := time.Now().Add(min(time.Second, t.cfg.IdleTimeout/4))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	list := t.idle[addr]
+	for len(list) > 0 {
+		c := list[len(list)-1]
+		list = list[:len(list)-1]
+		t.idle[addr] = list
+		if c.idleUntil.After(soon) && !c.isDead() {
+			return c
+		}
+		c.conn.Close() // its reader forgets it
+	}
+	delete(t.idle, addr)
+	return nil
+}
+
+// release pools c for reuse, or closes it if the pool for its peer is full.
+func (t *Transport) release(c *clientConn) {
+	until := time.Now().Add(t.cfg.IdleTimeout)
+	c.conn.SetDeadline(until)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || len(t.idle[c.addr]) >= t.cfg.MaxIdlePerPeer {
+		c.conn.Close()
+		return
+	}
+	c.idleUntil = until
+	t.idle[c.addr] = append(t.idle[c.addr], c)
+}
+
+func (c *clientConn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// read delivers response frames until the connection fails or a frame comes
+// that no call asked for.
+func (c *clientConn) read() {
+	defer c.t.wg.Done()
+	for {
+		body, err := wire.ReadFrame(c.conn, c.t.cfg.MaxFrame)
+		if err == nil && !c.inFlight.CompareAndSwap(true, false) {
+			err = errors.New("unsolicited frame from peer")
+		}
+		if err != nil {
+			c.err = err
+			c.conn.Close()
+			c.t.forget(c)
+			close(c.dead)
+			return
+		}
+		c.frames <- body
+	}
+}
+
+// roundTrip writes one request frame and waits for its response. sent
+// reports whether any byte of the request may have left; the connection is
+// pooled again only after a clean exchange.
+func (c *clientConn) roundTrip(ctx context.Context, frame []byte) (resp response, sent bool, err error) {
+	if c.isDead() {
+		return response{}, false, c.err
+	}
+	deadline, _ := ctx.Deadline()
+	c.conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+	c.inFlight.Store(true)
+	w := &countingWriter{w: c.conn}
+	if err := wire.WriteFrame(w, frame); err != nil {
+		stop()
+		c.conn.Close()
+		return response{}, w.n > 0, err
+	}
+	body, err := c.await()
+	if err != nil {
+		stop()
+		return response{}, true, err
+	}
+	err = wire.Unmarshal(body, &resp)
+	if !stop() || err != nil {
+		c.conn.Close() // a bad response, or the deadline was cut short
+	} else {
+		c.t.release(c)
+	}
+	if err != nil {
+		return response{}, true, fmt.Errorf("bad response: %w", err)
+	}
+	return resp, true, nil
+}
+
+// await waits for the response frame or the reader's end.
+func (c *clientConn) await() ([]byte, error) {
+	select {
+	case body := <-c.frames:
+		return body, nil
+	case <-c.dead:
+		select {
+		case body := <-c.frames: // the reader died just after delivering
+			return body, nil
+		default:
+			return nil, c.err
+		}
+	}
+}
+
+// countingWriter counts the bytes its writer accepted.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	w.n += n
+	return n, err
+}
