@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// Agent is one running tenure agent.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	epochs *leasing.EpochStore
+	events *broadcaster
+
+	peers   *gossip.Transport
+	members *gossip.Membership
+	server  *rpc.Server
+
+	// inbox carries work for the driver goroutine, the only one that
+	// touches machine.
+	inbox   chan func()
+	machine *bully.Machine
+
+	mu   sync.Mutex
+	snap snapshot
+
+	ctx      context.Context // cancelled by Shutdown and Halt
+	cancel   context.CancelFunc
+	loopDone chan struct{}
+	sends    sync.WaitGroup // outbound peer messages in flight
+	stopOnce sync.Once
+}
+
+// Start validates cfg, opens the data directory, and starts the peer
+// transport, gossip, the driver and the local socket, in that order. On
+// error everything started so far is stopped again.
+func Start(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Name),
+		events:   newBroadcaster(),
+		inbox:    make(chan func()),
+		loopDone: make(chan struct{}),
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	if err := a.start(); err != nil {
+		a.Halt()
+		return nil, err
+	}
+	a.log.Info("agent started", "id", cfg.ID, "gossip", a.members.LocalMember().Addr,
+		"peer", a.peers.Addr(), "socket", cfg.SocketPath, "consistency", cfg.Consistency,
+		"epoch", a.epochs.Epoch())
+	return a, nil
+}
+
+func (a *Agent) start() error {
+	if err := a.openDataDir(); err != nil {
+		return err
+	}
+	if err := a.startMachine(); err != nil {
+		return err
+	}
+	if err := a.startPeers(); err != nil {
+		return err
+	}
+	if err := a.startGossip(); err != nil {
+		return err
+	}
+	go a.loop()
+	server, err := rpc.Listen(rpc.ServerConfig{
+		Path:         a.cfg.SocketPath,
+		Backend:      backend{a},
+		Logger:       a.log,
+		AgentVersion: a.cfg.Version,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: local socket: %w", err)
+	}
+	a.server = server
+	return nil
+}
+
+func (a *Agent) openDataDir() error {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data dir: %w", err)
+	}
+	epochs, err := leasing.OpenEpochStore(filepath.Join(a.cfg.DataDir, "epoch"))
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.epochs = epochs
+	return nil
+}
+
+func (a *Agent) startMachine() error {
+	ec := a.cfg.electionConfig()
+	ec.Self = bully.Member{Node: a.self(), Eligible: a.cfg.Eligible}
+	ec.Epoch = a.epochs.Epoch()
+	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	m, err := bully.New(ec, a.cfg.Clock.Now())
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.machine = m
+	a.snap = snapshot{status: m.Status()}
+	return nil
+}
+
+func (a *Agent) startPeers() error {
+	t, err := gossip.ListenTransport(gossip.TransportConfig{
+		BindAddr: a.cfg.PeerBindAddr,
+		Handler:  a.handlePeer,
+		Logger:   a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: peer transport: %w", err)
+	}
+	a.peers = t
+	return nil
+}
+
+func (a *Agent) startGossip() error {
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.ID = a.cfg.Name, a.cfg.ID
+	gc.BindAddr = a.cfg.BindAddr
+	gc.AdvertiseAddr = a.cfg.AdvertiseAddr
+	gc.PeerAddr = a.advertisedPeerAddr()
+	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
+	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, "serf.snapshot")
+	gc.Join = a.cfg.Join
+	gc.Timing = a.cfg.gossipTiming()
+	gc.Logger = a.cfg.Logger // gossip adds the node name itself
+	m, err := gossip.Start(gc)
+	if err != nil {
+		return fmt.Errorf("agent: gossip: %w", err)
+	}
+	a.members = m
+	return nil
+}
+
+// advertisedPeerAddr is the peer address other agents should dial: the
+// advertise host (or the gossip bind host) with the peer port.
+func (a *Agent) advertisedPeerAddr() string {
+	host, port, _ := net.SplitHostPort(a.peers.Addr())
+	if adv := a.cfg.AdvertiseAddr; adv != "" {
+		if h, _, err := net.SplitHostPort(adv); err == nil {
+			adv = h
+		}
+		host = adv
+	} else if h, _, err := net.SplitHostPort(a.cfg.BindAddr); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() {
+		host = h
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (a *Agent) self() bully.Node { return bully.Node{ID: a.cfg.ID, Name: a.cfg.Name} }
+
+// Name returns the node's name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// ID returns the node's ID.
+func (a *Agent) ID() uint64 { return a.cfg.ID }
+
+// GossipAddr returns the address other agents can join this one at.
+func (a *Agent) GossipAddr() string { return a.members.LocalMember().Addr }
+
+// SocketPath returns the local socket's path.
+func (a *Agent) SocketPath() string { return a.cfg.SocketPath }
+
+// Shutdown stops the agent gracefully: a leader resigns (and tells the
+// others, so they take over without waiting), the node leaves the gossip
+// cluster, and the socket is closed and removed. ctx bounds the goodbyes;
+// the stop itself always completes.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	var errs []error
+	if a.members != nil {
+		a.resignForShutdown(ctx)
+		if err := a.members.Leave(); err != nil {
+			errs = append(errs, fmt.Errorf("agent: leave: %w", err))
+		}
+	}
+	errs = append(errs, a.stop())
+	return errors.Join(errs...)
+}
+
+// Halt stops the agent at once, without resigning or leaving: to the others
+// it looks like a crash. For tests and for embedding code that must stop now.
+func (a *Agent) Halt() { _ = a.stop() }
+
+func (a *Agent) stop() error {
+	var errs []error
+	a.stopOnce.Do(func() {
+		if a.server != nil {
+			errs = append(errs, a.server.Close())
+		}
+		a.cancel()
+		if a.members != nil {
+			<-a.loopDone
+		}
+		a.sends.Wait()
+		if a.members != nil {
+			errs = append(errs, a.members.Shutdown())
+		}
+		if a.peers != nil {
+			errs = append(errs, a.peers.Close())
+		}
+		a.events.close()
+		a.log.Info("agent stopped")
+	})
+	return errors.Join(errs...)
+}

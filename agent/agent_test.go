@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// TestFiveAgentsFailoverAndPreempt is the skeleton's end-to-end story: five
+// agents agree on the highest node and one epoch; killing it elects the next
+// with a higher epoch; restarting it with the same data dir makes it leader
+// again (preemption) with a still higher epoch.
+func TestFiveAgentsFailoverAndPreempt(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(5)
+	first := c.waitLeader("n5", 15*time.Second)
+
+	cfg := c.agents["n5"].cfg
+	cfg.BindAddr = c.agents["n5"].GossipAddr() // restart on the same address
+	c.halt("n5")
+	second := c.waitLeader("n4", 15*time.Second)
+	if second <= first {
+		t.Fatalf("epoch after failover = %d, want > %d", second, first)
+	}
+
+	cfg.Join = nil // the snapshot in its data dir brings it back
+	c.start(cfg)
+	third := c.waitLeader("n5", 20*time.Second)
+	if third <= second {
+		t.Fatalf("epoch after preemption = %d, want > %d", third, second)
+	}
+}
+
+func TestGracefulShutdownHandsOverQuickly(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	first := c.waitLeader("n3", 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.agents["n3"].Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	delete(c.agents, "n3")
+	second := c.waitLeader("n2", 5*time.Second)
+	if second <= first {
+		t.Fatalf("epoch after hand-over = %d, want > %d", second, first)
+	}
+	t.Logf("graceful hand-over took %v", time.Since(start))
+}
+
+func TestResignOverSocket(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	first := c.waitLeader("n3", 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	follower, err := rpc.Dial(ctx, c.agents["n1"].SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+	if err := follower.Resign(ctx); !errors.Is(err, rpc.ErrNotLeader) {
+		t.Fatalf("follower resign = %v, want ErrNotLeader", err)
+	}
+	leader, err := rpc.Dial(ctx, c.agents["n3"].SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close()
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if second := c.waitLeader("n2", 3*time.Second); second <= first {
+		t.Fatalf("epoch after resign = %d, want > %d", second, first)
+	}
+}
+
+func TestWatchSeesLeadershipChanges(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(2)
+	c.waitLeader("n2", 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, c.agents["n1"].SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w, err := cl.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ev, err := w.Next(ctx)
+	if err != nil || ev.Event != rpc.EventLeaderChanged || ev.Leader == nil || ev.Leader.Node != "n2" {
+		t.Fatalf("first event = %+v, %v; want the current leader n2", ev, err)
+	}
+	c.halt("n2")
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+		if ev.Event == rpc.EventBecameLeader {
+			if ev.Leader == nil || ev.Leader.Node != "n1" {
+				t.Fatalf("became-leader names %+v, want n1", ev.Leader)
+			}
+			return
+		}
+	}
+}
+
+func TestEpochPersistsAcrossRestart(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(1)
+	first := c.waitLeader("n1", 10*time.Second)
+	cfg := c.agents["n1"].cfg
+	c.halt("n1")
+	c.seed = ""
+	c.start(cfg)
+	if second := c.waitLeader("n1", 10*time.Second); second <= first {
+		t.Fatalf("epoch after restart = %d, want > %d", second, first)
+	}
+}
+
+func TestStartRefusesCorruptEpoch(t *testing.T) {
+	c := newTestCluster(t)
+	cfg := c.config("n1", 1)
+	if err := writeFile(cfg.DataDir, "epoch", "tenure-epoch v1\nepoch 9\ncrc32 deadbeef\n"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(cfg)
+	if err == nil || !containsAll(err.Error(), "corrupt", "epoch") {
+		t.Fatalf("start = %v, want a corrupt-epoch error", err)
+	}
+}
+
+func TestValidateRejectsQuorumForNow(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Consistency = Quorum
+	if err := cfg.Validate(); !errors.Is(err, ErrQuorumUnsupported) {
+		t.Fatalf("validate = %v, want ErrQuorumUnsupported", err)
+	}
+}

@@ -1,0 +1,16 @@
+package agent
+
+import "time"
+
+// Clock is the agent's source of time. Instants it returns must carry a
+// monotonic reading (as time.Now's do), since all deadlines are compared as
+// durations on this node's own clock, never as wall-clock times.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock reads the system's monotonic clock through time.Now.
+type SystemClock struct{}
+
+// Now returns the current instant.
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// Consistency selects how leadership is made safe.
+type Consistency string
+
+const (
+	// Available elects the highest eligible live node in the local view
+	// without lease grants: each side of a partition may elect its own
+	// leader, and epochs are not globally unique.
+	Available Consistency = "available"
+	// Quorum requires a lease granted by a majority of the voter roster.
+	Quorum Consistency = "quorum"
+)
+
+// ErrQuorumUnsupported is returned by Validate for quorum mode, which this
+// version does not implement yet.
+var ErrQuorumUnsupported = errors.New("agent: consistency \"quorum\" is not implemented yet; use --consistency=available")
+
+// Profile names a set of timings.
+type Profile string
+
+const (
+	// LAN suits hosts on a local network: serf's LAN failure detection and
+	// election timers of a few hundred milliseconds.
+	LAN Profile = "lan"
+	// Local suits agents on one machine (tests, the demo): faster failure
+	// detection and shorter election timers.
+	Local Profile = "local"
+)
+
+// Config is an agent's configuration. Start copies it and never writes it back.
+type Config struct {
+	// Name is this node's unique name in the cluster. Default: the hostname.
+	Name string
+	// ID ranks this node: the highest eligible live (ID, Name) leads.
+	// 0 means a stable hash of Name (below 2^53, so JSON readers keep it exact).
+	ID uint64
+	// BindAddr is the gossip address, host:port. Default "0.0.0.0:7946".
+	BindAddr string
+	// PeerBindAddr is the peer transport address, host:port. Default
+	// "0.0.0.0:7947".
+	PeerBindAddr string
+	// AdvertiseAddr is the host (or host:port for gossip) other agents use to
+	// reach this one, when it differs from the bind address.
+	AdvertiseAddr string
+	// Join lists gossip addresses of agents to join; retried until one works.
+	Join []string
+	// SocketPath is the local Unix socket. Default rpc.DefaultSocketPath().
+	SocketPath string
+	// DataDir holds the epoch and the gossip snapshot. Default: see
+	// DefaultDataDir.
+	DataDir string
+	// Consistency is the leadership mode. Default Available.
+	Consistency Consistency
+	// Preempt makes a leader yield to a higher eligible node that has been
+	// up for the stabilisation delay. Default true.
+	Preempt bool
+	// Eligible nodes may lead. Default true.
+	Eligible bool
+	// Voter nodes grant leases in quorum mode. Default true.
+	Voter bool
+	// Profile selects Gossip and Election timings when they are left zero.
+	// Default LAN.
+	Profile Profile
+	// Gossip overrides the gossip timings of Profile.
+	Gossip *gossip.Timing
+	// Election overrides the election timings of Profile; only its duration
+	// fields are used.
+	Election *bully.Config
+	// TickInterval is how often the election timers are checked. Default
+	// 50ms (LAN) or 20ms (Local).
+	TickInterval time.Duration
+	// Logger receives the agent's logs. Default: discard.
+	Logger *slog.Logger
+	// Clock is the agent's time source. Default: the system's monotonic clock.
+	Clock Clock
+	// Version is reported in the socket handshake.
+	Version string
+}
+
+// DefaultConfig returns the defaults for a production host.
+func DefaultConfig() Config {
+	name, _ := os.Hostname()
+	return Config{
+		Name:         name,
+		BindAddr:     "0.0.0.0:7946",
+		PeerBindAddr: "0.0.0.0:7947",
+		SocketPath:   rpc.DefaultSocketPath(),
+		DataDir:      DefaultDataDir(),
+		Consistency:  Available,
+		Preempt:      true,
+		Eligible:     true,
+		Voter:        true,
+		Profile:      LAN,
+	}
+}
+
+// DefaultDataDir is /var/lib/tenure for root, else $XDG_STATE_HOME/tenure
+// or ~/.local/state/tenure.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/tenure"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "tenure")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "tenure-"+strconv.Itoa(os.Geteuid()))
+	}
+	return filepath.Join(home, ".local", "state", "tenure")
+}
+
+// IDFromName derives a stable node ID from a name: FNV-1a, cut to 53 bits.
+func IDFromName(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64() & (1<<53 - 1)
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return errors.New("agent: config: name is empty")
+	}
+	for _, a := range []struct{ flag, v string }{{"bind", c.BindAddr}, {"peer-bind", c.PeerBindAddr}} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("agent: config: --%s %q: %w", a.flag, a.v, err)
+		}
+	}
+	switch c.Consistency {
+	case Available:
+	case Quorum:
+		return ErrQuorumUnsupported
+	default:
+		return fmt.Errorf("agent: config: consistency %q: want available or quorum", c.Consistency)
+	}
+	switch c.Profile {
+	case LAN, Local:
+	default:
+		return fmt.Errorf("agent: config: timing profile %q: want lan or local", c.Profile)
+	}
+	if c.SocketPath == "" || c.DataDir == "" {
+		return errors.New("agent: config: socket path and data dir must be set")
+	}
+	if c.TickInterval < 0 {
+		return fmt.Errorf("agent: config: tick interval %v is negative", c.TickInterval)
+	}
+	return nil
+}
+
+// withDefaults fills derived values into a copy of c.
+func (c Config) withDefaults() Config {
+	if c.ID == 0 {
+		c.ID = IDFromName(c.Name)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = map[Profile]time.Duration{LAN: 50 * time.Millisecond, Local: 20 * time.Millisecond}[c.Profile]
+	}
+	return c
+}
+
+// gossipTiming returns the gossip timings for c.
+func (c Config) gossipTiming() gossip.Timing {
+	if c.Gossip != nil {
+		return *c.Gossip
+	}
+	if c.Profile == Local {
+		return gossip.LocalTiming()
+	}
+	return gossip.LANTiming()
+}
+
+// electionConfig returns the bully configuration for c, without Self,
+// Epoch and Rand, which the agent fills in.
+func (c Config) electionConfig() bully.Config {
+	var e bully.Config
+	switch {
+	case c.Election != nil:
+		e = *c.Election
+	case c.Profile == Local:
+		e = LocalElection()
+	default:
+		e = bully.DefaultConfig()
+	}
+	e.Preempt = c.Preempt
+	return e
+}
+
+// LocalElection returns the election timings of the Local profile.
+func LocalElection() bully.Config {
+	e := bully.DefaultConfig()
+	e.StartupDelay = time.Second
+	e.ElectionTimeout = 200 * time.Millisecond
+	e.CoordinatorTimeout = time.Second
+	e.RankDelay = 100 * time.Millisecond
+	e.Jitter = 50 * time.Millisecond
+	e.Stabilization = 2 * time.Second
+	e.ResignHold = 3 * time.Second
+	e.AnnounceInterval = time.Second
+	e.RetryDelay = 500 * time.Millisecond
+	return e
+}

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// subscriberBuffer is how many events a watcher may fall behind before it is
+// dropped; a slow watcher never slows the agent.
+const subscriberBuffer = 256
+
+// broadcaster fans events out to watchers. publish never blocks.
+type broadcaster struct {
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
+}
+
+type subscriber struct {
+	ch   chan rpc.Event
+	once sync.Once
+}
+
+func (s *subscriber) end() { s.once.Do(func() { close(s.ch) }) }
+
+func newBroadcaster() *broadcaster {
+	return &broadcaster{subs: map[*subscriber]struct{}{}}
+}
+
+// subscribe registers a watcher whose first event is made by initial, called
+// under the broadcaster's lock so that no event published meanwhile is lost,
+// then every published event. cancel is idempotent.
+func (b *broadcaster) subscribe(initial func() rpc.Event) (<-chan rpc.Event, func()) {
+	s := &subscriber{ch: make(chan rpc.Event, subscriberBuffer+1)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.ch <- initial()
+	if b.closed {
+		s.end()
+		return s.ch, func() {}
+	}
+	b.subs[s] = struct{}{}
+	return s.ch, func() { b.remove(s) }
+}
+
+func (b *broadcaster) remove(s *subscriber) {
+	b.mu.Lock()
+	delete(b.subs, s)
+	b.mu.Unlock()
+	s.end()
+}
+
+// publish sends ev to every watcher; one whose buffer is full is dropped
+// (its channel closed) rather than waited for.
+func (b *broadcaster) publish(ev rpc.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			delete(b.subs, s)
+			s.end()
+		}
+	}
+}
+
+func (b *broadcaster) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for s := range b.subs {
+		delete(b.subs, s)
+		s.end()
+	}
+}
+
+// publishMember turns a gossip event into a watch event.
+func (a *Agent) publishMember(ev gossip.Event) {
+	name := map[gossip.EventType]string{
+		gossip.EventJoin:   rpc.EventMemberJoin,
+		gossip.EventLeave:  rpc.EventMemberLeave,
+		gossip.EventFailed: rpc.EventMemberFailed,
+		gossip.EventUpdate: rpc.EventMemberUpdate,
+	}[ev.Type]
+	if name == "" {
+		return
+	}
+	a.log.Info("membership", "event", name, "member", ev.Member.Name, "addr", ev.Member.Addr)
+	st := a.Status()
+	m := a.rpcMember(ev.Member, st.Leader)
+	a.events.publish(rpc.Event{
+		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Event:  name,
+		Leader: st.Leader,
+		Node:   ev.Member.Name,
+		Member: &m,
+	})
+}
+
+func (a *Agent) rpcMember(m gossip.Member, leader *rpc.LeaderInfo) rpc.Member {
+	return rpc.Member{
+		Name:     m.Name,
+		ID:       m.ID,
+		Addr:     m.Addr,
+		PeerAddr: m.PeerAddr,
+		Status:   m.Status.String(),
+		Voter:    m.Voter,
+		Eligible: m.Eligible,
+		IsLeader: leader != nil && leader.Node == m.Name && leader.ID == m.ID,
+	}
+}

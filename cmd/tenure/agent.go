@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tenurehq/tenure/agent"
+)
+
+// shutdownTimeout bounds the goodbyes (resign, leave) of a stopping agent.
+const shutdownTimeout = 10 * time.Second
+
+func env(name string) []string {
+	return []string{"TENURE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
+}
+
+func agentCommand() *cli.Command {
+	d := agent.DefaultConfig()
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the tenure agent on this host",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "unique node name", EnvVars: env("name")},
+			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads (default: a stable hash of the name)", EnvVars: env("id")},
+			&cli.StringFlag{Name: "bind", Value: d.BindAddr, Usage: "gossip address `HOST:PORT`", EnvVars: env("bind")},
+			&cli.StringFlag{Name: "peer-bind", Value: d.PeerBindAddr, Usage: "peer transport address `HOST:PORT`", EnvVars: env("peer-bind")},
+			&cli.StringFlag{Name: "advertise", Usage: "address other agents reach this one at, `HOST`", EnvVars: env("advertise")},
+			&cli.StringSliceFlag{Name: "join", Usage: "gossip address of an agent to join, `HOST:PORT` (repeatable; retried until it works)", EnvVars: env("join")},
+			socketFlag(),
+			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
+			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "available (each partition side may elect a leader) or quorum (not yet implemented)", EnvVars: env("consistency")},
+			&cli.BoolFlag{Name: "preempt", Value: d.Preempt, Usage: "yield leadership to a higher eligible node once it is stable", EnvVars: env("preempt")},
+			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
+			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node grants leases (quorum mode)", EnvVars: env("voter")},
+			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+		},
+		Action: runAgent,
+	}
+}
+
+func runAgent(c *cli.Context) error {
+	cfg, err := agentConfig(c)
+	if err != nil {
+		return fail(2, "tenure agent: %v", err)
+	}
+	a, err := agent.Start(cfg)
+	if err != nil {
+		return fail(1, "tenure agent: %v", err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	sig := <-sigs
+	cfg.Logger.Info("stopping", "signal", sig.String())
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		return fail(1, "tenure agent: shutdown: %v", err)
+	}
+	return nil
+}
+
+func agentConfig(c *cli.Context) (agent.Config, error) {
+	logger, err := newLogger(c.String("log-level"), c.Bool("log-json"))
+	if err != nil {
+		return agent.Config{}, err
+	}
+	cfg := agent.DefaultConfig()
+	cfg.Name = c.String("name")
+	cfg.ID = c.Uint64("id")
+	cfg.BindAddr = c.String("bind")
+	cfg.PeerBindAddr = c.String("peer-bind")
+	cfg.AdvertiseAddr = c.String("advertise")
+	cfg.Join = c.StringSlice("join")
+	cfg.SocketPath = c.String("socket")
+	cfg.DataDir = c.String("data-dir")
+	cfg.Consistency = agent.Consistency(c.String("consistency"))
+	cfg.Preempt = c.Bool("preempt")
+	cfg.Eligible = c.Bool("eligible")
+	cfg.Voter = c.Bool("voter")
+	cfg.Profile = agent.Profile(c.String("timing"))
+	cfg.Logger = logger
+	cfg.Version = version
+	return cfg, cfg.Validate()
+}
+
+func newLogger(level string, asJSON bool) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	if asJSON {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+}

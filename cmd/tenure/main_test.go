@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tenurehq/tenure/agent"
+)
+
+// binary is the tenure binary built once for these tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tenure-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "tenure")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build tenure: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// tenure runs the binary and returns stdout, stderr and the exit code.
+func tenure(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run tenure %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// startAgents runs n in-process agents on 127.0.0.1 and returns their
+// socket paths, highest ID last.
+func startAgents(t *testing.T, n int, edit func(*agent.Config)) []string {
+	dir, err := os.MkdirTemp("", "tenure-cli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var socks []string
+	seed := ""
+	for i := 1; i <= n; i++ {
+		cfg := agent.DefaultConfig()
+		cfg.Name, cfg.ID = fmt.Sprintf("n%d", i), uint64(i)
+		cfg.BindAddr, cfg.PeerBindAddr = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.SocketPath = filepath.Join(dir, cfg.Name+".sock")
+		cfg.DataDir = filepath.Join(dir, cfg.Name)
+		cfg.Profile = agent.Local
+		if seed != "" {
+			cfg.Join = []string{seed}
+		}
+		if edit != nil {
+			edit(&cfg)
+		}
+		a, err := agent.Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(a.Halt)
+		if seed == "" {
+			seed = a.GossipAddr()
+		}
+		socks = append(socks, cfg.SocketPath)
+	}
+	return socks
+}
+
+func TestStatusLeaderMembersThroughTheBinary(t *testing.T) {
+	socks := startAgents(t, 3, nil)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, _, code := tenure(t, "leader", "--json", "--socket", socks[0])
+		if code == 0 && strings.Contains(out, `"node":"n3"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader n3 after 15s: %q (exit %d)", out, code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, sock := range socks {
+		out, stderr, code := tenure(t, "status", "--json", "--socket", sock)
+		if code != 0 {
+			t.Fatalf("status exit %d: %s", code, stderr)
+		}
+		var st map[string]any
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json: %v: %q", err, out)
+		}
+		for _, key := range []string{"node", "id", "is_leader", "leader", "epoch", "lease_remaining_ms", "members", "state"} {
+			if _, ok := st[key]; !ok {
+				t.Errorf("status --json lacks %q: %s", key, out)
+			}
+		}
+		if st["node"] != fmt.Sprintf("n%d", i+1) || st["is_leader"] != (i == 2) {
+			t.Errorf("status of n%d = %s", i+1, out)
+		}
+		leader, _ := st["leader"].(map[string]any)
+		if leader["node"] != "n3" || leader["epoch"] != st["epoch"] {
+			t.Errorf("n%d: leader = %v, epoch = %v", i+1, st["leader"], st["epoch"])
+		}
+	}
+	out, _, code := tenure(t, "leader", "--socket", socks[1])
+	if code != 0 || !strings.HasPrefix(out, "n3 (id 3) epoch ") {
+		t.Fatalf("leader = %q, exit %d", out, code)
+	}
+	out, _, code = tenure(t, "members", "--json", "--socket", socks[0])
+	var ms []map[string]any
+	if err := json.Unmarshal([]byte(out), &ms); code != 0 || err != nil || len(ms) != 3 {
+		t.Fatalf("members --json = %q (exit %d, %v)", out, code, err)
+	}
+	out, _, _ = tenure(t, "members", "--socket", socks[0])
+	if !strings.Contains(out, "leader,voter") || strings.Count(out, "alive") != 3 {
+		t.Fatalf("members table:\n%s", out)
+	}
+}
+
+func TestLeaderExitsOneWithoutLeader(t *testing.T) {
+	socks := startAgents(t, 1, func(c *agent.Config) {
+		e := agent.LocalElection()
+		e.StartupDelay = time.Hour // never campaigns during the test
+		c.Election = &e
+	})
+	out, stderr, code := tenure(t, "leader", "--socket", socks[0])
+	if code != 1 || strings.TrimSpace(stderr) != "no leader" || out != "" {
+		t.Fatalf("leader = %q / %q, exit %d; want exit 1 and \"no leader\" on stderr", out, stderr, code)
+	}
+	_, stderr, code = tenure(t, "resign", "--socket", socks[0])
+	if code != 1 || !strings.Contains(stderr, "not the leader") {
+		t.Fatalf("resign = %q, exit %d", stderr, code)
+	}
+}
+
+func TestClientCommandsWithoutAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, cmd := range []string{"status", "leader", "members", "resign", "watch"} {
+		out, stderr, code := tenure(t, cmd, "--socket", sock)
+		if code != 2 || out != "" || !strings.Contains(stderr, "no tenure agent is listening on "+sock) {
+			t.Errorf("%s without agent: exit %d, stdout %q, stderr %q", cmd, code, out, stderr)
+		}
+		if strings.Contains(stderr, "goroutine") || strings.Contains(stderr, "msgpack") {
+			t.Errorf("%s: stderr is not a clear message: %q", cmd, stderr)
+		}
+	}
+}
+
+func TestEnvironmentSetsFlags(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "env.sock")
+	cmd := exec.Command(binary, "status")
+	cmd.Env = append(os.Environ(), "TENURE_SOCKET="+sock)
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), sock) {
+		t.Fatalf("TENURE_SOCKET not used: %s", out)
+	}
+}
+
+func TestAgentRejectsBadConfig(t *testing.T) {
+	_, stderr, code := tenure(t, "agent", "--consistency", "sometimes", "--data-dir", t.TempDir())
+	if code != 2 || !strings.Contains(stderr, "consistency") {
+		t.Fatalf("bad consistency: exit %d, %q", code, stderr)
+	}
+	_, stderr, code = tenure(t, "agent", "--log-level", "loud", "--data-dir", t.TempDir())
+	if code != 2 || !strings.Contains(stderr, "--log-level") {
+		t.Fatalf("bad log level: exit %d, %q", code, stderr)
+	}
+}
