@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -21,22 +18,37 @@ var ErrCorrupt = errors.New("leasing: persisted state is corrupt")
 // maxStateFile bounds how much of a persisted state file is read.
 const maxStateFile = 4 << 10
 
-const epochHeader = "tenure-epoch v1"
+// The two epoch files a node keeps: the highest epoch it has seen or used,
+// and (on a voter) the highest epoch it has granted.
+var (
+	seenFormat    = epochFormat{header: "tenure-epoch v1", field: "epoch"}
+	grantedFormat = epochFormat{header: "tenure-voter v1", field: "granted"}
+)
 
-// EpochStore keeps the highest epoch a node has seen or used in a small file,
-// replaced atomically on every increase. It is safe for concurrent use.
+type epochFormat struct{ header, field string }
+
+// EpochStore keeps an epoch that only grows in a small file, replaced
+// atomically on every increase. It is safe for concurrent use.
 type EpochStore struct {
-	path string
+	path   string
+	format epochFormat
 
 	mu    sync.Mutex
 	epoch uint64
 }
 
-// OpenEpochStore reads the epoch file at path. A missing file means a fresh
-// node (epoch 0); an unreadable, truncated or corrupt one is an error that
-// wraps ErrCorrupt and names the file.
-func OpenEpochStore(path string) (*EpochStore, error) {
-	s := &EpochStore{path: path}
+// OpenEpochStore reads the file holding the highest epoch this node has seen
+// or used. A missing file means a fresh node (epoch 0); an unreadable,
+// truncated or corrupt one is an error that wraps ErrCorrupt and names the
+// file.
+func OpenEpochStore(path string) (*EpochStore, error) { return openEpochFile(path, seenFormat) }
+
+// OpenGrantStore reads a voter's file holding the highest epoch it has
+// granted, with the same rules as OpenEpochStore.
+func OpenGrantStore(path string) (*EpochStore, error) { return openEpochFile(path, grantedFormat) }
+
+func openEpochFile(path string, f epochFormat) (*EpochStore, error) {
+	s := &EpochStore{path: path, format: f}
 	data, err := readBounded(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -44,7 +56,7 @@ func OpenEpochStore(path string) (*EpochStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasing: read epoch file: %w", err)
 	}
-	s.epoch, err = decodeEpoch(data)
+	s.epoch, err = f.decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v (refusing to start: an epoch reset would break fencing; restore the file or remove it only if no term was ever led with this data dir)", ErrCorrupt, path, err)
 	}
@@ -69,41 +81,25 @@ func (s *EpochStore) Raise(epoch uint64) error {
 	if epoch <= s.epoch {
 		return nil
 	}
-	if err := writeFileAtomic(s.path, encodeEpoch(epoch), 0o600); err != nil {
+	if err := writeFileAtomic(s.path, s.format.encode(epoch), 0o600); err != nil {
 		return fmt.Errorf("leasing: store epoch %d: %w", epoch, err)
 	}
 	s.epoch = epoch
 	return nil
 }
 
-// encodeEpoch renders the file: a header, the epoch, and a CRC-32 of both
-// lines, so a torn or edited file is detected rather than misread.
-func encodeEpoch(epoch uint64) []byte {
-	body := fmt.Sprintf("%s\nepoch %d\n", epochHeader, epoch)
-	return fmt.Appendf(nil, "%scrc32 %08x\n", body, crc32.ChecksumIEEE([]byte(body)))
+// encode renders the file: a header, the epoch, and a CRC-32 (see
+// encodeChecked), so a torn or edited file is detected rather than misread.
+func (f epochFormat) encode(epoch uint64) []byte {
+	return encodeChecked(f.header, fmt.Appendf(nil, "%s %d\n", f.field, epoch))
 }
 
-func decodeEpoch(data []byte) (uint64, error) {
-	lines := strings.Split(string(data), "\n")
-	if len(lines) != 4 || lines[3] != "" {
-		return 0, fmt.Errorf("want 3 lines, got %q", truncate(data))
-	}
-	if lines[0] != epochHeader {
-		return 0, fmt.Errorf("bad header %q", truncate([]byte(lines[0])))
-	}
-	body := lines[0] + "\n" + lines[1] + "\n"
-	if want := fmt.Sprintf("crc32 %08x", crc32.ChecksumIEEE([]byte(body))); lines[2] != want {
-		return 0, fmt.Errorf("checksum mismatch: file says %q, content gives %q", truncate([]byte(lines[2])), want)
-	}
-	num, ok := strings.CutPrefix(lines[1], "epoch ")
-	if !ok {
-		return 0, fmt.Errorf("bad epoch line %q", truncate([]byte(lines[1])))
-	}
-	epoch, err := strconv.ParseUint(num, 10, 64)
+func (f epochFormat) decode(data []byte) (uint64, error) {
+	body, err := decodeChecked(f.header, data)
 	if err != nil {
-		return 0, fmt.Errorf("bad epoch: %w", err)
+		return 0, err
 	}
-	return epoch, nil
+	return parseUintLine(body, f.field)
 }
 
 // readBounded reads at most maxStateFile bytes of path, failing on a larger

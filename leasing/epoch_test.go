@@ -36,7 +36,7 @@ func TestEpochStoreRoundTrip(t *testing.T) {
 }
 
 func TestEpochStoreRefusesCorruptFile(t *testing.T) {
-	good := string(encodeEpoch(42))
+	good := string(seenFormat.encode(42))
 	cases := map[string]string{
 		"empty":        "",
 		"truncated":    good[:len(good)-5],
@@ -61,12 +61,12 @@ func TestEpochStoreRefusesCorruptFile(t *testing.T) {
 }
 
 func FuzzDecodeEpoch(f *testing.F) {
-	f.Add(encodeEpoch(0))
-	f.Add(encodeEpoch(1<<64 - 1))
+	f.Add(seenFormat.encode(0))
+	f.Add(seenFormat.encode(1<<64 - 1))
 	f.Add([]byte("tenure-epoch v1\nepoch 5\ncrc32 00000000\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := decodeEpoch(data)
-		if err == nil && string(encodeEpoch(e)) != string(data) {
+		e, err := seenFormat.decode(data)
+		if err == nil && string(seenFormat.encode(e)) != string(data) {
 			t.Fatalf("accepted non-canonical file %q as epoch %d", data, e)
 		}
 	})

@@ -1,0 +1,220 @@
+package leasing
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestTimingArithmetic(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	cases := []struct {
+		ttl      time.Duration
+		drift    float64
+		validity time.Duration
+		renew    time.Duration
+	}{
+		{10 * time.Second, 0.01, 9900 * time.Millisecond, 3333333333},
+		{2 * time.Second, 0.05, 1900 * time.Millisecond, 666666666},
+		{time.Second, 0, time.Second, 333333333},
+	}
+	for _, c := range cases {
+		tm := DefaultTiming().WithTTL(c.ttl)
+		tm.MaxDrift = c.drift
+		if got := tm.Validity(); got != c.validity {
+			t.Errorf("ttl %v drift %v: validity %v, want %v", c.ttl, c.drift, got, c.validity)
+		}
+		if got := tm.RenewInterval(); got != c.renew {
+			t.Errorf("ttl %v: renew %v, want %v", c.ttl, got, c.renew)
+		}
+		if got := tm.LeaderDeadline(t0); got != t0.Add(c.validity) {
+			t.Errorf("deadline %v", got)
+		}
+		if got := tm.PromiseExpiry(t0); got != t0.Add(c.ttl) {
+			t.Errorf("expiry %v", got)
+		}
+	}
+}
+
+// TestLeaderDeadlineBeforePromiseExpiry is the I1/I3 arithmetic: with clock
+// rates within the drift bound, a leader's deadline (counted from before its
+// request left) falls before every voter's promise expiry (counted from after
+// it arrived), measured in real time.
+func TestLeaderDeadlineBeforePromiseExpiry(t *testing.T) {
+	tm := DefaultTiming()
+	for _, rates := range [][2]float64{{1, 1}, {1.0049, 0.9951}, {0.995, 1.0049}, {1.00999, 1}} {
+		leaderRate, voterRate := rates[0], rates[1]
+		// Real time for the leader's clock to advance Validity, and for the
+		// voter's clock to advance TTL (the request arrives later still).
+		leaderReal := float64(tm.Validity()) / leaderRate
+		voterReal := float64(tm.TTL) / voterRate
+		if leaderReal >= voterReal {
+			t.Errorf("rates %v: leader deadline after %vns real, voter promise ends after %vns", rates, leaderReal, voterReal)
+		}
+	}
+}
+
+func TestTimingValidate(t *testing.T) {
+	good := DefaultTiming()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, tm := range map[string]Timing{
+		"zero ttl":   good.WithTTL(0),
+		"drift":      {TTL: time.Second, MaxDrift: 0.6, AcquireBudget: time.Millisecond},
+		"budget":     {TTL: time.Second, MaxDrift: 0.01, AcquireBudget: 400 * time.Millisecond},
+		"neg budget": {TTL: time.Second, MaxDrift: 0.01, AcquireBudget: -1},
+	} {
+		if err := tm.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", name, tm)
+		}
+	}
+}
+
+type memGrants struct {
+	epoch uint64
+	fail  bool
+}
+
+func (m *memGrants) Epoch() uint64 { return m.epoch }
+func (m *memGrants) Raise(e uint64) error {
+	if m.fail {
+		return errors.New("disk full")
+	}
+	m.epoch = max(m.epoch, e)
+	return nil
+}
+
+func TestVoterRules(t *testing.T) {
+	a, b, v := Node{1, "a"}, Node{2, "b"}, Node{3, "v"}
+	r := Bootstrap([]Node{a, b, v})
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	req := func(k Kind, c Node, e uint64) Request {
+		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	}
+	store := &memGrants{epoch: 4}
+	vt := NewVoter(v, store, t0, ttl, 10*ttl)
+	steps := []struct {
+		at     time.Duration
+		req    Request
+		grant  bool
+		reason Reason
+	}{
+		{0, req(Acquire, a, 5), false, ReasonRestarting},
+		{ttl, req(Acquire, a, 4), false, ReasonStaleEpoch},
+		{ttl, req(Acquire, a, 5), true, ""},
+		{ttl + 1, req(Acquire, b, 6), false, ReasonPromised},
+		{ttl + 2, req(Renew, b, 5), false, ReasonPromised},
+		{ttl + 3, req(Renew, a, 5), true, ""},
+		{ttl + 4, req(Acquire, a, 6), true, ""}, // the holder moves to a new term
+		{ttl + 5, req(Renew, a, 5), false, ReasonNotHolder},
+		{2*ttl + 4, req(Renew, a, 6), false, ReasonNotHolder}, // expired: no renewal
+		{2*ttl + 4, req(Acquire, b, 6), false, ReasonStaleEpoch},
+		{2*ttl + 4, req(Acquire, b, 7), true, ""},
+		{2*ttl + 5, req(Release, b, 7), true, ""},
+		{2*ttl + 6, req(Acquire, a, 8), true, ""}, // released: no wait
+	}
+	for i, s := range steps {
+		rep := vt.Handle(t0.Add(s.at), s.req, r)
+		if rep.Granted != s.grant || rep.Reason != s.reason {
+			t.Fatalf("step %d %v %s epoch %d: granted=%v reason=%q, want %v %q", i, s.req.Kind, s.req.Candidate.Name, s.req.Epoch, rep.Granted, rep.Reason, s.grant, s.reason)
+		}
+		if rep.Granted && s.req.Kind == Acquire && store.epoch != s.req.Epoch {
+			t.Fatalf("step %d: granted epoch %d but stored %d", i, s.req.Epoch, store.epoch)
+		}
+	}
+}
+
+func TestVoterRefusesOtherRostersAndStorageFailure(t *testing.T) {
+	a, v := Node{1, "a"}, Node{3, "v"}
+	r := Bootstrap([]Node{a, v})
+	t0 := time.Unix(0, 0)
+	store := &memGrants{}
+	vt := NewVoter(v, store, t0, 0, time.Minute)
+	base := Request{Kind: Acquire, Candidate: a, Epoch: 1, TTL: time.Second, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	newer := r.With(Node{4, "w"})
+	cases := []struct {
+		name   string
+		edit   func(*Request)
+		roster Roster
+		reason Reason
+	}{
+		{"other cluster", func(q *Request) { q.ClusterID = "x" }, r, ReasonOtherCluster},
+		{"stale roster", func(q *Request) {}, newer, ReasonStaleRoster},
+		{"not voter", func(q *Request) {}, Bootstrap([]Node{a}), ReasonNotVoter},
+		{"huge ttl", func(q *Request) { q.TTL = time.Hour }, r, ReasonTTL},
+	}
+	for _, c := range cases {
+		q := base
+		c.edit(&q)
+		if rep := vt.Handle(t0, q, c.roster); rep.Granted || rep.Reason != c.reason {
+			t.Errorf("%s: %+v, want refusal %q", c.name, rep, c.reason)
+		}
+	}
+	if rep := vt.Handle(t0, base, newer); rep.Roster == nil || rep.Roster.Version != 2 {
+		t.Errorf("a stale-roster refusal must carry the newer roster: %+v", rep)
+	}
+	store.fail = true
+	if rep := vt.Handle(t0, base, r); rep.Granted || rep.Reason != ReasonStorage {
+		t.Fatalf("unpersistable grant: %+v", rep)
+	}
+}
+
+func TestRoundCounting(t *testing.T) {
+	ns := []Node{{1, "a"}, {2, "b"}, {3, "c"}, {4, "d"}, {5, "e"}}
+	r := Bootstrap(ns)
+	t0 := time.Unix(0, 0)
+	rd := NewRound(Acquire, 7, r, t0, time.Second)
+	rd.Add(Reply{Voter: ns[0], Granted: true, Highest: 7})
+	rd.Add(Reply{Voter: ns[0], Granted: true, Highest: 7}) // repeat
+	rd.Add(Reply{Voter: Node{9, "x"}, Granted: true})      // outsider
+	rd.Add(Reply{Voter: ns[1], Reason: ReasonPromised, Highest: 9, Remaining: 3 * time.Second})
+	if rd.Won() || rd.Lost(t0) || rd.Quorum() != (Quorum{1, 3}) {
+		t.Fatalf("after 1 grant: won=%v lost=%v quorum=%v", rd.Won(), rd.Lost(t0), rd.Quorum())
+	}
+	rd.Add(Reply{Voter: ns[2], Reason: ReasonPromised, Remaining: time.Second})
+	rd.Add(Reply{Voter: ns[3], Reason: ReasonStaleEpoch})
+	if !rd.Lost(t0) || rd.Highest() != 9 || rd.RetryAfter() != 3*time.Second {
+		t.Fatalf("three refusals of five: lost=%v highest=%d retry=%v", rd.Lost(t0), rd.Highest(), rd.RetryAfter())
+	}
+	rd2 := NewRound(Renew, 7, r, t0, time.Second)
+	for _, n := range ns[:3] {
+		rd2.Add(Reply{Voter: n, Granted: true})
+	}
+	if !rd2.Won() || rd2.Lost(t0.Add(time.Hour)) {
+		t.Fatal("three grants of five must win, and a won round is never lost")
+	}
+	if !NewRound(Acquire, 1, r, t0, time.Second).Lost(t0.Add(time.Second)) {
+		t.Fatal("a round past its budget is lost")
+	}
+}
+
+func TestRosterChangesAndPersistence(t *testing.T) {
+	a, b, c := Node{1, "a"}, Node{2, "b"}, Node{3, "c"}
+	r1 := Bootstrap([]Node{c, a})
+	if r1.String() != Bootstrap([]Node{a, c}).String() || r1.Majority() != 2 {
+		t.Fatalf("bootstrap must not depend on order: %v", r1)
+	}
+	r2 := r1.With(b)
+	if r2.Version != 2 || len(r2.Voters) != 3 || r2.Voters[1] != b || r2.Majority() != 2 {
+		t.Fatalf("with: %v", r2)
+	}
+	r3 := r2.Without(a)
+	if r3.Version != 3 || r3.Contains(a) || !r3.Contains(b) {
+		t.Fatalf("without: %v", r3)
+	}
+	path := filepath.Join(t.TempDir(), "roster")
+	s, err := OpenRosterStore(path)
+	if err != nil || !s.Roster().IsZero() {
+		t.Fatalf("fresh store: %v %v", s.Roster(), err)
+	}
+	if err := s.Save(r3); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := OpenRosterStore(path)
+	if err != nil || s2.Roster().String() != r3.String() {
+		t.Fatalf("reloaded %v, %v; want %v", s2.Roster(), err, r3)
+	}
+}

@@ -1,0 +1,82 @@
+package leasing
+
+import "time"
+
+// Kind is the kind of a lease request.
+type Kind uint8
+
+// The lease requests a candidate or leader sends to voters.
+const (
+	// Acquire asks for a new term's lease at a new, higher epoch.
+	Acquire Kind = iota + 1
+	// Renew extends the holder's promise at the same epoch.
+	Renew
+	// Release drops the holder's promise at once (resign, preemption,
+	// graceful leave), so the next leader need not wait for it to expire.
+	Release
+)
+
+var kindNames = map[Kind]string{Acquire: "acquire", Renew: "renew", Release: "release"}
+
+// String returns the lower-case name of k.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return "kind?"
+}
+
+// Request is a lease request from a candidate (or leader) to one voter.
+type Request struct {
+	Kind      Kind          `msgpack:"kind"`
+	Candidate Node          `msgpack:"candidate"`
+	Epoch     uint64        `msgpack:"epoch"`
+	TTL       time.Duration `msgpack:"ttl"`
+	// ClusterID and RosterVersion name the roster the candidate counts its
+	// majority in.
+	ClusterID     string `msgpack:"cluster"`
+	RosterVersion uint64 `msgpack:"roster_version"`
+}
+
+// Reason says why a voter refused.
+type Reason string
+
+// The reasons a voter refuses a request.
+const (
+	// ReasonPromised: the voter holds an unexpired promise to another node.
+	ReasonPromised Reason = "promised"
+	// ReasonStaleEpoch: the epoch is not above the highest the voter granted.
+	ReasonStaleEpoch Reason = "stale-epoch"
+	// ReasonRestarting: the voter started less than one TTL ago and may have
+	// forgotten a promise.
+	ReasonRestarting Reason = "restarting"
+	// ReasonOtherCluster: the candidate's roster belongs to another cluster.
+	ReasonOtherCluster Reason = "other-cluster"
+	// ReasonStaleRoster: the candidate's roster is older than the voter's;
+	// the reply carries the newer one.
+	ReasonStaleRoster Reason = "stale-roster"
+	// ReasonNotVoter: the voter is not in its own roster (an observer, or
+	// removed).
+	ReasonNotVoter Reason = "not-voter"
+	// ReasonNotHolder: a renewal from a node that does not hold the promise.
+	ReasonNotHolder Reason = "not-holder"
+	// ReasonStorage: the voter could not persist the epoch.
+	ReasonStorage Reason = "storage-error"
+	// ReasonTTL: the requested TTL is out of bounds.
+	ReasonTTL Reason = "bad-ttl"
+)
+
+// Reply is a voter's answer.
+type Reply struct {
+	Voter   Node   `msgpack:"voter"`
+	Granted bool   `msgpack:"granted"`
+	Reason  Reason `msgpack:"reason,omitempty"`
+	// Highest is the highest epoch the voter has granted.
+	Highest uint64 `msgpack:"highest"`
+	// Holder is who the voter has promised, zero when nobody; Remaining is
+	// how long that promise still runs.
+	Holder    Node          `msgpack:"holder"`
+	Remaining time.Duration `msgpack:"remaining"`
+	// Roster is the voter's roster when it is newer than the candidate's.
+	Roster *Roster `msgpack:"roster,omitempty"`
+}

@@ -1,0 +1,107 @@
+package leasing
+
+import (
+	"time"
+)
+
+// Quorum is a round's count of grants against the majority it needs.
+type Quorum struct {
+	Have int `json:"have" msgpack:"have"`
+	Need int `json:"need" msgpack:"need"`
+}
+
+// Round is one acquire or renew round of a candidate: the requests went to
+// every voter of Roster at Sent; replies are added as they come. It is a
+// plain value with no I/O and no clock of its own.
+type Round struct {
+	Kind   Kind
+	Epoch  uint64
+	Roster Roster
+	// Sent is when the requests were sent, on the candidate's clock; the
+	// lease's validity is counted from here.
+	Sent time.Time
+	// Budget ends the round: no majority by then is a failure.
+	Budget time.Time
+
+	granted  map[string]bool
+	replied  map[string]bool
+	highest  uint64
+	newer    *Roster
+	maxWait  time.Duration // longest promise to another holder among refusals
+	refusals map[Reason]int
+}
+
+// NewRound starts a round at sent.
+func NewRound(kind Kind, epoch uint64, r Roster, sent time.Time, budget time.Duration) *Round {
+	return &Round{
+		Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget),
+		granted: map[string]bool{}, replied: map[string]bool{}, refusals: map[Reason]int{},
+	}
+}
+
+// Add records a reply. Replies from nodes outside the roster, and repeats,
+// are ignored.
+func (r *Round) Add(rep Reply) {
+	if !r.Roster.Contains(rep.Voter) || r.replied[rep.Voter.Name] {
+		return
+	}
+	r.replied[rep.Voter.Name] = true
+	r.highest = max(r.highest, rep.Highest)
+	if rep.Granted {
+		r.granted[rep.Voter.Name] = true
+		return
+	}
+	r.refusals[rep.Reason]++
+	if rep.Reason == ReasonPromised {
+		r.maxWait = max(r.maxWait, rep.Remaining)
+	}
+	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
+		rep.Roster.Version > r.Roster.Version && (r.newer == nil || rep.Roster.Version > r.newer.Version) {
+		r.newer = rep.Roster
+	}
+}
+
+// Won reports whether a majority granted.
+func (r *Round) Won() bool { return len(r.granted) >= r.Roster.Majority() }
+
+// Lost reports whether the round can no longer be won: too many refusals, or
+// the budget is over at now.
+func (r *Round) Lost(now time.Time) bool {
+	if r.Won() {
+		return false
+	}
+	pending := len(r.Roster.Voters) - len(r.replied)
+	return len(r.granted)+pending < r.Roster.Majority() || !now.Before(r.Budget)
+}
+
+// Quorum returns the grants so far against the majority needed.
+func (r *Round) Quorum() Quorum { return Quorum{Have: len(r.granted), Need: r.Roster.Majority()} }
+
+// Granted returns the names of the voters that granted.
+func (r *Round) Granted() []string {
+	out := make([]string, 0, len(r.granted))
+	for _, v := range r.Roster.Voters {
+		if r.granted[v.Name] {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+// Highest is the highest epoch any voter reported.
+func (r *Round) Highest() uint64 { return r.highest }
+
+// NewerRoster is a newer roster of the same cluster that a voter reported.
+func (r *Round) NewerRoster() (Roster, bool) {
+	if r.newer == nil {
+		return Roster{}, false
+	}
+	return *r.newer, true
+}
+
+// RetryAfter is how long a failed candidate should wait: until the longest
+// reported promise to another node has run out.
+func (r *Round) RetryAfter() time.Duration { return r.maxWait }
+
+// Refusals counts the refusals by reason.
+func (r *Round) Refusals() map[Reason]int { return r.refusals }

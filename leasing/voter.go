@@ -1,0 +1,122 @@
+package leasing
+
+import (
+	"fmt"
+	"time"
+)
+
+// GrantStore durably records the highest epoch a voter has granted.
+// *EpochStore (from OpenGrantStore) implements it.
+type GrantStore interface {
+	// Epoch returns the highest stored epoch.
+	Epoch() uint64
+	// Raise stores epoch if higher, returning once it is durable.
+	Raise(epoch uint64) error
+}
+
+// Voter is the voter side of the lease protocol: a deterministic state
+// machine over the caller's clock. Its only I/O is the GrantStore, written
+// before a grant of a new epoch is returned. It is not safe for concurrent
+// use; the agent's driver owns it.
+type Voter struct {
+	self    Node
+	store   GrantStore
+	started time.Time
+	maxTTL  time.Duration
+	holder  Node
+	epoch   uint64
+	expiry  time.Time
+}
+
+// NewVoter returns a voter that starts at now. It grants nothing until
+// startupHold has passed (one TTL), because a restarted voter has forgotten
+// its promises. Requests with a TTL above maxTTL are refused.
+func NewVoter(self Node, store GrantStore, now time.Time, startupHold, maxTTL time.Duration) *Voter {
+	return &Voter{self: self, store: store, started: now.Add(startupHold), maxTTL: maxTTL}
+}
+
+// Handle answers req, received at now, for a voter whose roster is r.
+func (v *Voter) Handle(now time.Time, req Request, r Roster) Reply {
+	if req.Kind == Release {
+		v.release(req)
+		return v.reply(now, true, "")
+	}
+	if reason, roster := v.check(now, req, r); reason != "" {
+		rep := v.reply(now, false, reason)
+		rep.Roster = roster
+		return rep
+	}
+	if req.Kind == Acquire && req.Epoch > v.store.Epoch() {
+		if err := v.store.Raise(req.Epoch); err != nil {
+			return v.reply(now, false, ReasonStorage)
+		}
+	}
+	v.holder, v.epoch, v.expiry = req.Candidate, req.Epoch, now.Add(req.TTL)
+	return v.reply(now, true, "")
+}
+
+// check returns why req must be refused, or "".
+func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
+	switch {
+	case req.TTL <= 0 || req.TTL > v.maxTTL:
+		return ReasonTTL, nil
+	case r.IsZero() || !r.Contains(v.self):
+		return ReasonNotVoter, nil
+	case req.ClusterID != r.ClusterID:
+		return ReasonOtherCluster, nil
+	case req.RosterVersion < r.Version:
+		return ReasonStaleRoster, &r
+	case now.Before(v.started):
+		return ReasonRestarting, nil
+	case v.promisedElsewhere(now, req.Candidate):
+		return ReasonPromised, nil
+	}
+	if req.Kind == Renew {
+		if v.holder != req.Candidate || v.epoch != req.Epoch || !now.Before(v.expiry) {
+			return ReasonNotHolder, nil
+		}
+		return "", nil
+	}
+	if req.Epoch <= v.store.Epoch() {
+		return ReasonStaleEpoch, nil
+	}
+	return "", nil
+}
+
+func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
+	return !v.holder.IsZero() && v.holder != c && now.Before(v.expiry)
+}
+
+// release drops the promise if req comes from its holder for its epoch.
+func (v *Voter) release(req Request) {
+	if v.holder == req.Candidate && v.epoch == req.Epoch {
+		v.holder, v.epoch, v.expiry = Node{}, 0, time.Time{}
+	}
+}
+
+// Promise returns the current holder and when its promise ends, if any.
+func (v *Voter) Promise(now time.Time) (Node, time.Time, bool) {
+	if v.holder.IsZero() || !now.Before(v.expiry) {
+		return Node{}, time.Time{}, false
+	}
+	return v.holder, v.expiry, true
+}
+
+// HoldsPromiseFor reports whether v has an unexpired promise to c.
+func (v *Voter) HoldsPromiseFor(now time.Time, c Node) bool {
+	h, _, ok := v.Promise(now)
+	return ok && h == c
+}
+
+func (v *Voter) reply(now time.Time, granted bool, reason Reason) Reply {
+	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.store.Epoch()}
+	if h, exp, ok := v.Promise(now); ok {
+		rep.Holder, rep.Remaining = h, exp.Sub(now)
+	}
+	return rep
+}
+
+// String formats the voter's promise for logs.
+func (v *Voter) String() string {
+	return fmt.Sprintf("voter %s: holder=%s epoch=%d highest=%d", v.self.Name, v.holder.Name, v.epoch, v.store.Epoch())
+}
