@@ -19,19 +19,22 @@ import (
 
 // Agent is one running tenure agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	epochs *leasing.EpochStore
-	events *broadcaster
+	cfg     Config
+	log     *slog.Logger
+	epochs  *leasing.EpochStore
+	grants  *leasing.EpochStore
+	rosters *leasing.RosterStore
+	events  *broadcaster
 
 	peers   *gossip.Transport
 	members *gossip.Membership
 	server  *rpc.Server
 
 	// inbox carries work for the driver goroutine, the only one that
-	// touches machine.
-	inbox   chan func()
-	machine *bully.Machine
+	// touches core.
+	inbox      chan func()
+	core       *core
+	advertised string // cluster ID in this node's gossip tags
 
 	mu   sync.Mutex
 	snap snapshot
@@ -73,7 +76,7 @@ func (a *Agent) start() error {
 	if err := a.openDataDir(); err != nil {
 		return err
 	}
-	if err := a.startMachine(); err != nil {
+	if err := a.startCore(); err != nil {
 		return err
 	}
 	if err := a.startPeers(); err != nil {
@@ -100,25 +103,38 @@ func (a *Agent) openDataDir() error {
 	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("agent: data dir: %w", err)
 	}
-	epochs, err := leasing.OpenEpochStore(filepath.Join(a.cfg.DataDir, "epoch"))
-	if err != nil {
+	var err error
+	path := func(name string) string { return filepath.Join(a.cfg.DataDir, name) }
+	if a.epochs, err = leasing.OpenEpochStore(path("epoch")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.epochs = epochs
+	if a.grants, err = leasing.OpenGrantStore(path("voter")); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if a.rosters, err = leasing.OpenRosterStore(path("roster")); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	return nil
 }
 
-func (a *Agent) startMachine() error {
+func (a *Agent) startCore() error {
 	ec := a.cfg.electionConfig()
-	ec.Self = bully.Member{Node: a.self(), Eligible: a.cfg.Eligible}
-	ec.Epoch = a.epochs.Epoch()
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	m, err := bully.New(ec, a.cfg.Clock.Now())
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+	cc := coreConfig{
+		Self:        a.self(),
+		Eligible:    a.cfg.Eligible,
+		Voter:       a.cfg.Voter,
+		Consistency: a.cfg.Consistency,
+		Lease:       a.cfg.leaseTiming(),
+		Expect:      a.cfg.Expect,
+		Election:    ec,
 	}
-	a.machine = m
-	a.snap = snapshot{status: m.Status()}
+	c, err := newCore(cc, a.epochs, a.grants, a.rosters, a.log, a.cfg.Clock.Now())
+	if err != nil {
+		return err
+	}
+	a.core = c
+	a.snap = a.core.snapshot(a.cfg.Clock.Now())
 	return nil
 }
 
@@ -142,6 +158,10 @@ func (a *Agent) startGossip() error {
 	gc.AdvertiseAddr = a.cfg.AdvertiseAddr
 	gc.PeerAddr = a.advertisedPeerAddr()
 	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
+	if id := a.rosters.Roster().ClusterID; id != "" {
+		gc.Tags = map[string]string{clusterTag: id}
+		a.advertised = id
+	}
 	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, "serf.snapshot")
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()

@@ -62,7 +62,7 @@ func (a *Agent) Members() []rpc.Member {
 func (a *Agent) Resign(ctx context.Context) error {
 	var err error
 	if derr := a.do(ctx, func() {
-		err = a.machine.Resign(a.cfg.Clock.Now())
+		err = a.core.resign(a.cfg.Clock.Now())
 		a.flush()
 	}); derr != nil {
 		return derr

@@ -20,7 +20,11 @@ type testCluster struct {
 	dir    string
 	agents map[string]*Agent
 	seed   string // gossip address of the first agent
+	expect int    // --expect for quorum mode
 }
+
+// testTTL is the lease TTL of test clusters.
+const testTTL = 2 * time.Second
 
 func newTestCluster(t *testing.T) *testCluster {
 	// Unix socket paths must stay short (108 bytes), so use a short temp dir.
@@ -46,6 +50,8 @@ func (c *testCluster) config(name string, id uint64) Config {
 	cfg.SocketPath = filepath.Join(c.dir, name+".sock")
 	cfg.DataDir = filepath.Join(c.dir, name)
 	cfg.Profile = Local
+	cfg.LeaseTTL = testTTL
+	cfg.Expect = c.expect
 	cfg.Logger = testLogger(c.t).With("agent", name)
 	if c.seed != "" {
 		cfg.Join = []string{c.seed}
@@ -66,8 +72,9 @@ func (c *testCluster) start(cfg Config) *Agent {
 	return a
 }
 
-// startN starts n1..nN with IDs 1..N.
+// startN starts n1..nN with IDs 1..N, bootstrapping a roster of all N.
 func (c *testCluster) startN(n int) {
+	c.expect = n
 	for i := 1; i <= n; i++ {
 		c.start(c.config(fmt.Sprintf("n%d", i), uint64(i)))
 	}

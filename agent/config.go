@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -27,10 +28,6 @@ const (
 	// Quorum requires a lease granted by a majority of the voter roster.
 	Quorum Consistency = "quorum"
 )
-
-// ErrQuorumUnsupported is returned by Validate for quorum mode, which this
-// version does not implement yet.
-var ErrQuorumUnsupported = errors.New("agent: consistency \"quorum\" is not implemented yet; use --consistency=available")
 
 // Profile names a set of timings.
 type Profile string
@@ -66,8 +63,17 @@ type Config struct {
 	// DataDir holds the epoch and the gossip snapshot. Default: see
 	// DefaultDataDir.
 	DataDir string
-	// Consistency is the leadership mode. Default Available.
+	// Consistency is the leadership mode. Default Quorum.
 	Consistency Consistency
+	// LeaseTTL is how long a voter's promise lasts (quorum mode). Default 10s.
+	LeaseTTL time.Duration
+	// MaxDrift bounds how much clock rates may differ between nodes, as a
+	// fraction. Default 0.01 (1%).
+	MaxDrift float64
+	// Expect is how many fresh voters bootstrap the first roster together
+	// (quorum mode). 0: this node joins an existing cluster and waits to be
+	// admitted.
+	Expect int
 	// Preempt makes a leader yield to a higher eligible node that has been
 	// up for the stabilisation delay. Default true.
 	Preempt bool
@@ -103,7 +109,9 @@ func DefaultConfig() Config {
 		PeerBindAddr: "0.0.0.0:7947",
 		SocketPath:   rpc.DefaultSocketPath(),
 		DataDir:      DefaultDataDir(),
-		Consistency:  Available,
+		Consistency:  Quorum,
+		LeaseTTL:     10 * time.Second,
+		MaxDrift:     0.01,
 		Preempt:      true,
 		Eligible:     true,
 		Voter:        true,
@@ -145,11 +153,19 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Consistency {
-	case Available:
-	case Quorum:
-		return ErrQuorumUnsupported
+	case Available, Quorum:
 	default:
 		return fmt.Errorf("agent: config: consistency %q: want available or quorum", c.Consistency)
+	}
+	if err := c.leaseTiming().Validate(); err != nil {
+		return fmt.Errorf("agent: config: %w", err)
+	}
+	if c.Expect < 0 {
+		return fmt.Errorf("agent: config: --expect %d is negative", c.Expect)
+	}
+	if e := c.electionConfig(); c.Consistency == Quorum && e.CoordinatorTimeout <= c.leaseTiming().AcquireBudget {
+		return fmt.Errorf("agent: config: the election's coordinator timeout (%v) must exceed the lease acquire budget (%v)",
+			e.CoordinatorTimeout, c.leaseTiming().AcquireBudget)
 	}
 	switch c.Profile {
 	case LAN, Local:
@@ -180,6 +196,13 @@ func (c Config) withDefaults() Config {
 		c.TickInterval = map[Profile]time.Duration{LAN: 50 * time.Millisecond, Local: 20 * time.Millisecond}[c.Profile]
 	}
 	return c
+}
+
+// leaseTiming returns the lease timings for c.
+func (c Config) leaseTiming() leasing.Timing {
+	t := leasing.DefaultTiming().WithTTL(c.LeaseTTL)
+	t.MaxDrift = c.MaxDrift
+	return t
 }
 
 // gossipTiming returns the gossip timings for c.

@@ -9,7 +9,10 @@ import (
 	"github.com/tenurehq/tenure/gossip"
 )
 
-// loop is the driver goroutine: it alone touches a.machine.
+// clusterTag is the gossip tag that advertises a node's cluster ID.
+const clusterTag = "c"
+
+// loop is the driver goroutine: it alone touches a.core.
 func (a *Agent) loop() {
 	defer close(a.loopDone)
 	ticker := time.NewTicker(a.cfg.TickInterval)
@@ -33,7 +36,7 @@ func (a *Agent) loop() {
 		case f := <-a.inbox:
 			f()
 		case <-ticker.C:
-			a.machine.Tick(a.cfg.Clock.Now())
+			a.core.tick(a.cfg.Clock.Now())
 			a.flush()
 		}
 	}
@@ -60,49 +63,60 @@ func (a *Agent) do(ctx context.Context, f func()) error {
 	}
 }
 
-// syncMembers gives the machine the live members gossip knows.
+// syncMembers gives the core the live members gossip knows.
 func (a *Agent) syncMembers() {
-	var live []bully.Member
+	var live []memberView
 	for _, m := range a.members.Members() {
 		if m.Status == gossip.StatusAlive {
-			live = append(live, bully.Member{Node: bully.Node{ID: m.ID, Name: m.Name}, Eligible: m.Eligible})
+			live = append(live, memberView{
+				Member:  bully.Member{Node: bully.Node{ID: m.ID, Name: m.Name}, Eligible: m.Eligible},
+				Voter:   m.Voter,
+				Cluster: m.Tags[clusterTag],
+			})
 		}
 	}
-	a.machine.SetMembers(a.cfg.Clock.Now(), live)
+	a.core.setMembers(a.cfg.Clock.Now(), live)
 	a.mu.Lock()
 	a.snap.members = len(live)
 	a.mu.Unlock()
 	a.flush()
 }
 
-// flush carries out what the machine asks, in the order that keeps epochs
-// safe: persist the highest epoch, then send, then run the lease round. The
-// returned group is done when the messages it sent are delivered or failed.
+// flush sends what the core queued, publishes its status, and advertises a
+// new cluster ID. The returned group is done when the messages it sent are
+// delivered or failed.
 func (a *Agent) flush() *sync.WaitGroup {
 	var sent sync.WaitGroup
-	for {
-		rd := a.machine.Ready()
-		if err := a.epochs.Raise(rd.Epoch); err != nil {
-			a.fail(err)
-			return &sent
-		}
-		for _, msg := range rd.Messages {
-			a.send(msg, &sent)
-		}
-		if rd.Acquire == 0 {
-			break
-		}
-		// Available mode: no voters to ask, the lease round succeeds at once.
-		a.machine.Acquired(a.cfg.Clock.Now(), rd.Acquire)
+	if err := a.core.failed; err != nil {
+		a.fail(err)
+		return &sent
 	}
-	a.publishStatus(a.machine.Status())
+	for _, msg := range a.core.ready() {
+		a.send(msg, &sent)
+	}
+	a.advertiseCluster()
+	a.publishStatus(a.cfg.Clock.Now())
 	return &sent
 }
 
-// fail stops the agent after an error it cannot act safely past (the epoch
+// advertiseCluster puts the roster's cluster ID into this node's gossip
+// tags once it has one.
+func (a *Agent) advertiseCluster() {
+	id := a.core.roster().ClusterID
+	if id == "" || id == a.advertised {
+		return
+	}
+	if err := a.members.SetTags(map[string]string{clusterTag: id}); err != nil {
+		a.log.Warn("advertise cluster ID", "err", err)
+		return
+	}
+	a.advertised = id
+}
+
+// fail stops the agent after an error it cannot act safely past (state
 // could not be persisted, so no message may be sent and no term started).
 func (a *Agent) fail(err error) {
-	a.log.Error("stopping: cannot persist epoch", "err", err)
+	a.log.Error("stopping: cannot persist state", "err", err)
 	go a.Halt()
 	<-a.ctx.Done()
 }

@@ -8,72 +8,46 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
-	"github.com/tenurehq/tenure/internal/wire"
 )
-
-// peerVersion is the version of the peer message envelope.
-const peerVersion = 1
 
 // sendTimeout bounds one outbound peer message.
 const sendTimeout = 2 * time.Second
 
 var errStopped = errors.New("agent: stopped")
 
-// envelope is what travels on the peer transport in both directions.
-type envelope struct {
-	Version uint8          `msgpack:"v"`
-	Bully   *bully.Message `msgpack:"bully,omitempty"`
-}
-
-// handlePeer serves one peer request: it hands the message to the driver and
-// returns the machine's reply, if any.
+// handlePeer serves one peer request: the driver hands it to the core and
+// returns the core's reply, if any.
 func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
-	msg, err := decodePeer(req)
+	env, err := decodeEnvelope(req)
 	if err != nil {
 		return nil, err
 	}
-	if msg.To != a.self() {
-		return nil, fmt.Errorf("agent: message for %s reached %s", msg.To, a.self())
+	if m := env.Bully; m != nil && m.To != a.self() {
+		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
-	var reply *bully.Message
+	var reply *envelope
 	err = a.do(ctx, func() {
-		reply = a.machine.Step(a.cfg.Clock.Now(), *msg)
+		reply = a.core.receive(a.cfg.Clock.Now(), env)
 		a.flush()
 	})
 	if err != nil {
 		return nil, err
 	}
-	return wire.Marshal(envelope{Version: peerVersion, Bully: reply})
+	if reply == nil {
+		reply = &envelope{}
+	}
+	return encodeEnvelope(*reply)
 }
 
-// decodePeer decodes and checks a peer envelope; a nil message is an error.
-func decodePeer(b []byte) (*bully.Message, error) {
-	var env envelope
-	if err := wire.Unmarshal(b, &env); err != nil {
-		return nil, fmt.Errorf("agent: peer message: %w", err)
-	}
-	if env.Version != peerVersion {
-		return nil, fmt.Errorf("agent: peer message version %d, want %d", env.Version, peerVersion)
-	}
-	msg := env.Bully
-	if msg == nil {
-		return nil, nil
-	}
-	if msg.Type < bully.MsgElection || msg.Type > bully.MsgInfo || msg.From.Name == "" {
-		return nil, fmt.Errorf("agent: malformed peer message %v", msg)
-	}
-	return msg, nil
-}
-
-// send delivers msg in the background; a reply is fed back to the machine.
+// send delivers msg in the background; a reply is fed back to the core.
 // Lost messages are tolerated by the protocol, so failures are only logged.
-func (a *Agent) send(msg bully.Message, sent *sync.WaitGroup) {
-	addr, ok := a.peerAddr(msg.To)
+func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
+	addr, ok := a.peerAddr(msg.to)
 	if !ok {
-		a.log.Debug("no peer address", "to", msg.To.Name, "msg", msg.Type)
+		a.log.Debug("no peer address", "to", msg.to.Name)
 		return
 	}
-	body, err := wire.Marshal(envelope{Version: peerVersion, Bully: &msg})
+	body, err := encodeEnvelope(msg.env)
 	if err != nil {
 		a.log.Error("encode peer message", "err", err)
 		return
@@ -87,28 +61,32 @@ func (a *Agent) send(msg bully.Message, sent *sync.WaitGroup) {
 		defer cancel()
 		resp, err := a.peers.Call(ctx, addr, body)
 		if err != nil {
-			a.log.Debug("peer message not delivered", "to", msg.To.Name, "msg", msg.Type, "err", err)
+			a.log.Debug("peer message not delivered", "to", msg.to.Name, "err", err)
 			return
 		}
-		a.deliverReply(resp, msg)
+		a.deliverReply(resp, msg.to)
 	}()
 }
 
-func (a *Agent) deliverReply(resp []byte, sent bully.Message) {
-	reply, err := decodePeer(resp)
+func (a *Agent) deliverReply(resp []byte, to bully.Node) {
+	env, err := decodeEnvelope(resp)
 	if err != nil {
-		a.log.Warn("bad peer reply", "from", sent.To.Name, "err", err)
+		a.log.Warn("bad peer reply", "from", to.Name, "err", err)
 		return
 	}
-	if reply == nil {
+	if m := env.Bully; m != nil && m.From != to {
+		a.log.Warn("peer reply from the wrong node", "want", to, "got", m.From)
 		return
 	}
-	if reply.From != sent.To {
-		a.log.Warn("peer reply from the wrong node", "want", sent.To, "got", reply.From)
+	if r := env.LeaseReply; r != nil && toBully(r.Voter) != to {
+		a.log.Warn("lease reply from the wrong node", "want", to, "got", r.Voter)
+		return
+	}
+	if env == (envelope{Version: peerVersion}) {
 		return
 	}
 	_ = a.do(a.ctx, func() {
-		a.machine.Step(a.cfg.Clock.Now(), *reply)
+		a.core.receive(a.cfg.Clock.Now(), env)
 		a.flush()
 	})
 }
@@ -124,11 +102,12 @@ func (a *Agent) peerAddr(n bully.Node) (string, bool) {
 }
 
 // resignForShutdown makes a leader resign and waits (bounded by ctx) until
-// its RESIGN messages are delivered, so the next leader starts at once.
+// its RESIGN and release messages are delivered, so the next leader starts
+// at once.
 func (a *Agent) resignForShutdown(ctx context.Context) {
 	var sent *sync.WaitGroup
 	err := a.do(ctx, func() {
-		if a.machine.Resign(a.cfg.Clock.Now()) == nil {
+		if a.core.resign(a.cfg.Clock.Now()) == nil {
 			sent = a.flush()
 		}
 	})

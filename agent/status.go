@@ -4,33 +4,80 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
 )
 
-// snapshot is the view the socket reads; the driver updates it.
+// snapshot is the view the socket reads; the driver updates it after every
+// input to the core.
 type snapshot struct {
-	status  bully.Status
-	members int
+	status   bully.Status
+	deadline time.Time // lease validity end (quorum mode, when leading)
+	state    string
+	reason   string
+	quorum   leasing.Quorum
+	roster   leasing.Roster
+	members  int
 }
 
-// publishStatus records the machine's status and emits the leadership
-// events its change implies.
-func (a *Agent) publishStatus(st bully.Status) {
-	a.mu.Lock()
-	old := a.snap.status
-	a.snap.status = st
-	a.mu.Unlock()
-	self := a.self()
-	wasLeader, isLeader := old.State == bully.StateLeader, st.State == bully.StateLeader
-	if wasLeader && !isLeader {
-		a.log.Info("lost leadership", "epoch", old.Term)
-		a.emit(rpc.EventLostLeadership, self.Name, old.Leader, old.Term)
+// snapshot captures the core's view at now.
+func (c *core) snapshot(now time.Time) snapshot {
+	st := c.m.Status()
+	s := snapshot{status: st, quorum: c.quorum, roster: c.roster()}
+	if c.leading() && c.quorumMode() {
+		s.deadline = c.lease.deadline
 	}
-	if old.Leader == st.Leader && old.Term == st.Term {
+	switch {
+	case c.leading():
+		s.state = "leader"
+	case st.State.Campaigning():
+		s.state = "candidate"
+	case st.Leader.IsZero() && c.noQuorum != "":
+		s.state = "no-quorum"
+	default:
+		s.state = "follower"
+	}
+	switch {
+	case !st.Leader.IsZero():
+	case c.noQuorum != "":
+		s.reason = c.noQuorum
+	case st.State.Campaigning():
+		s.reason = "election in progress"
+	default:
+		s.reason = "no leader elected yet"
+	}
+	return s
+}
+
+// valid reports whether the snapshot's node leads with a valid lease at now.
+func (s snapshot) valid(now time.Time, quorum bool) bool {
+	if s.state != "leader" {
+		return false
+	}
+	return !quorum || now.Before(s.deadline)
+}
+
+// publishStatus records the core's view and emits the leadership events its
+// change implies.
+func (a *Agent) publishStatus(now time.Time) {
+	snap := a.core.snapshot(now)
+	a.mu.Lock()
+	old := a.snap
+	snap.members = old.members
+	a.snap = snap
+	a.mu.Unlock()
+	st, was := snap.status, old.status
+	self := a.self()
+	wasLeader, isLeader := old.state == "leader", snap.state == "leader"
+	if wasLeader && !isLeader {
+		a.log.Info("lost leadership", "epoch", was.Term)
+		a.emit(rpc.EventLostLeadership, self.Name, was.Leader, was.Term)
+	}
+	if was.Leader == st.Leader && was.Term == st.Term {
 		return
 	}
 	if st.Leader.IsZero() {
-		a.log.Info("no leader", "last", old.Leader.Name)
+		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason)
 		a.emit(rpc.EventNoLeader, self.Name, st.Leader, 0)
 		return
 	}
@@ -58,39 +105,37 @@ func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {
 }
 
 // Status returns this node's view, as the socket's status op reports it.
+// Whether this node leads is decided at the moment of the call against the
+// lease deadline, not at the last tick.
 func (a *Agent) Status() rpc.Status {
 	a.mu.Lock()
 	snap := a.snap
 	a.mu.Unlock()
+	now := a.cfg.Clock.Now()
+	quorum := a.cfg.Consistency == Quorum
 	st := snap.status
 	out := rpc.Status{
 		Node:        a.cfg.Name,
 		ID:          a.cfg.ID,
-		IsLeader:    st.State == bully.StateLeader,
+		IsLeader:    snap.valid(now, quorum),
 		Leader:      leaderInfo(st.Leader, st.Term),
 		Epoch:       st.Epoch,
 		Members:     snap.members,
-		State:       stateName(st.State),
+		State:       snap.state,
 		Consistency: string(a.cfg.Consistency),
+		Reason:      snap.reason,
 	}
-	if out.Leader == nil {
-		out.Reason = "no leader elected yet"
-		if st.State.Campaigning() {
-			out.Reason = "election in progress"
+	if out.IsLeader && quorum {
+		out.LeaseRemainingMS = snap.deadline.Sub(now).Milliseconds()
+	}
+	if snap.state == "leader" && !out.IsLeader {
+		out.State, out.Leader, out.Reason = "no-quorum", nil, "lease expired; stepping down"
+	}
+	if quorum {
+		out.Quorum = &rpc.QuorumInfo{Have: snap.quorum.Have, Need: snap.quorum.Need}
+		if !snap.roster.IsZero() {
+			out.Roster = &rpc.RosterInfo{ClusterID: snap.roster.ClusterID, Version: snap.roster.Version, Voters: snap.roster.Names()}
 		}
 	}
 	return out
-}
-
-// stateName maps machine states to the socket's states: every state of a
-// running election is "candidate".
-func stateName(s bully.State) string {
-	switch {
-	case s == bully.StateLeader:
-		return "leader"
-	case s.Campaigning():
-		return "candidate"
-	default:
-		return "follower"
-	}
 }

@@ -31,7 +31,7 @@ func (m *Machine) onAnswer(now time.Time, msg Message) {
 		return
 	}
 	if !msg.Leader.IsZero() && !m.isSelf(msg.Leader) && m.isLive(msg.Leader) && m.accepts(msg.Leader, msg.Term) {
-		m.follow(msg.Leader, msg.Term)
+		m.follow(now, msg.Leader, msg.Term)
 		return
 	}
 	m.state = StateWaiting
@@ -56,7 +56,7 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) {
 		}
 	}
 	if m.accepts(l, term) {
-		m.follow(l, term)
+		m.follow(now, l, term)
 	}
 }
 
@@ -104,7 +104,7 @@ func (m *Machine) yieldsTo(l Node, term, mine uint64) bool {
 func (m *Machine) yield(now time.Time, l Node, term uint64) {
 	m.stepDown(now, false)
 	if m.accepts(l, term) {
-		m.follow(l, term)
+		m.follow(now, l, term)
 	}
 }
 
@@ -125,6 +125,10 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 func (m *Machine) timeout(now time.Time) {
 	switch m.state {
 	case StateFollower:
+		if !m.leader.IsZero() && !m.isLive(m.leader) {
+			m.forgetLeader(now)
+			return
+		}
 		if !m.leader.IsZero() || !m.cfg.Self.Eligible {
 			return
 		}
@@ -191,11 +195,16 @@ func (m *Machine) stepDown(now time.Time, hold bool) {
 	m.forgetLeader(now)
 }
 
-// follow adopts l as leader of term.
-func (m *Machine) follow(l Node, term uint64) {
+// follow adopts l as leader of term. A leader that gossip does not list as
+// live (its announcement overtook the membership, or was in flight when it
+// died) is followed for CoordinatorTimeout at most, unless it shows up live.
+func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.state = StateFollower
 	m.leader, m.term = l, term
 	m.deadline = time.Time{}
+	if !m.isLive(l) {
+		m.deadline = now.Add(m.cfg.CoordinatorTimeout)
+	}
 	if term > m.lastTerm {
 		m.lastLeader, m.lastTerm = l, term
 	}

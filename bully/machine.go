@@ -174,9 +174,10 @@ func (m *Machine) announceTerm(now time.Time) {
 }
 
 // AcquireFailed reports that the lease round for epoch failed; seen is the
-// highest epoch the voters reported. The node retries after a random delay
-// unless a leader became known meanwhile.
-func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64) {
+// highest epoch the voters reported, and wait how long until the promises
+// that refused it run out. The node retries after that wait plus a random
+// delay, unless a leader became known meanwhile.
+func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Duration) {
 	m.observe(seen)
 	if m.state != StateAcquiring || epoch != m.acquiring {
 		return
@@ -184,7 +185,7 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64) {
 	m.acquiring = 0
 	m.state = StateFollower
 	if m.leader.IsZero() {
-		m.deadline = now.Add(m.cfg.RetryDelay/2 + m.randDuration(m.cfg.RetryDelay/2))
+		m.deadline = now.Add(wait + m.cfg.RetryDelay/2 + m.randDuration(m.cfg.RetryDelay/2))
 	}
 }
 

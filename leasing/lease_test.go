@@ -94,7 +94,7 @@ func TestVoterRules(t *testing.T) {
 	req := func(k Kind, c Node, e uint64) Request {
 		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
 	}
-	store := &memGrants{epoch: 4}
+	store := &memGrants{epoch: 4} // has granted before: holds for one TTL
 	vt := NewVoter(v, store, t0, ttl, 10*ttl)
 	steps := []struct {
 		at     time.Duration
@@ -166,27 +166,29 @@ func TestRoundCounting(t *testing.T) {
 	ns := []Node{{1, "a"}, {2, "b"}, {3, "c"}, {4, "d"}, {5, "e"}}
 	r := Bootstrap(ns)
 	t0 := time.Unix(0, 0)
-	rd := NewRound(Acquire, 7, r, t0, time.Second)
-	rd.Add(Reply{Voter: ns[0], Granted: true, Highest: 7})
-	rd.Add(Reply{Voter: ns[0], Granted: true, Highest: 7}) // repeat
-	rd.Add(Reply{Voter: Node{9, "x"}, Granted: true})      // outsider
-	rd.Add(Reply{Voter: ns[1], Reason: ReasonPromised, Highest: 9, Remaining: 3 * time.Second})
+	rd := NewRound(1, Acquire, 7, r, t0, time.Second)
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7})
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7}) // repeat
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: Node{9, "x"}, Granted: true})      // outsider
+	rd.Add(Reply{Seq: 0, Epoch: 7, Voter: ns[4], Granted: true})             // an older round's
+	rd.Add(Reply{Seq: 1, Epoch: 6, Voter: ns[4], Granted: true})             // another epoch's
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[1], Reason: ReasonPromised, Highest: 9, Remaining: 3 * time.Second})
 	if rd.Won() || rd.Lost(t0) || rd.Quorum() != (Quorum{1, 3}) {
 		t.Fatalf("after 1 grant: won=%v lost=%v quorum=%v", rd.Won(), rd.Lost(t0), rd.Quorum())
 	}
-	rd.Add(Reply{Voter: ns[2], Reason: ReasonPromised, Remaining: time.Second})
-	rd.Add(Reply{Voter: ns[3], Reason: ReasonStaleEpoch})
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[2], Reason: ReasonPromised, Remaining: time.Second})
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[3], Reason: ReasonStaleEpoch})
 	if !rd.Lost(t0) || rd.Highest() != 9 || rd.RetryAfter() != 3*time.Second {
 		t.Fatalf("three refusals of five: lost=%v highest=%d retry=%v", rd.Lost(t0), rd.Highest(), rd.RetryAfter())
 	}
-	rd2 := NewRound(Renew, 7, r, t0, time.Second)
+	rd2 := NewRound(2, Renew, 7, r, t0, time.Second)
 	for _, n := range ns[:3] {
-		rd2.Add(Reply{Voter: n, Granted: true})
+		rd2.Add(Reply{Seq: 2, Epoch: 7, Voter: n, Granted: true})
 	}
 	if !rd2.Won() || rd2.Lost(t0.Add(time.Hour)) {
 		t.Fatal("three grants of five must win, and a won round is never lost")
 	}
-	if !NewRound(Acquire, 1, r, t0, time.Second).Lost(t0.Add(time.Second)) {
+	if !NewRound(3, Acquire, 1, r, t0, time.Second).Lost(t0.Add(time.Second)) {
 		t.Fatal("a round past its budget is lost")
 	}
 }

@@ -28,7 +28,10 @@ func (k Kind) String() string {
 
 // Request is a lease request from a candidate (or leader) to one voter.
 type Request struct {
-	Kind      Kind          `msgpack:"kind"`
+	Kind Kind `msgpack:"kind"`
+	// Seq numbers the candidate's rounds; the reply echoes it, so a late
+	// reply is never counted in a later round.
+	Seq       uint64        `msgpack:"seq"`
 	Candidate Node          `msgpack:"candidate"`
 	Epoch     uint64        `msgpack:"epoch"`
 	TTL       time.Duration `msgpack:"ttl"`
@@ -68,6 +71,9 @@ const (
 
 // Reply is a voter's answer.
 type Reply struct {
+	// Seq and Epoch echo the request's.
+	Seq     uint64 `msgpack:"seq"`
+	Epoch   uint64 `msgpack:"epoch"`
 	Voter   Node   `msgpack:"voter"`
 	Granted bool   `msgpack:"granted"`
 	Reason  Reason `msgpack:"reason,omitempty"`

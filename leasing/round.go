@@ -14,6 +14,7 @@ type Quorum struct {
 // every voter of Roster at Sent; replies are added as they come. It is a
 // plain value with no I/O and no clock of its own.
 type Round struct {
+	Seq    uint64
 	Kind   Kind
 	Epoch  uint64
 	Roster Roster
@@ -31,18 +32,24 @@ type Round struct {
 	refusals map[Reason]int
 }
 
-// NewRound starts a round at sent.
-func NewRound(kind Kind, epoch uint64, r Roster, sent time.Time, budget time.Duration) *Round {
+// NewRound starts round seq at sent.
+func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, budget time.Duration) *Round {
 	return &Round{
-		Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget),
+		Seq: seq, Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget),
 		granted: map[string]bool{}, replied: map[string]bool{}, refusals: map[Reason]int{},
 	}
 }
 
-// Add records a reply. Replies from nodes outside the roster, and repeats,
-// are ignored.
+// Request returns the request this round sends.
+func (r *Round) Request(candidate Node, ttl time.Duration) Request {
+	return Request{Kind: r.Kind, Seq: r.Seq, Candidate: candidate, Epoch: r.Epoch, TTL: ttl,
+		ClusterID: r.Roster.ClusterID, RosterVersion: r.Roster.Version}
+}
+
+// Add records a reply. Replies to another round, from nodes outside the
+// roster, and repeats are ignored.
 func (r *Round) Add(rep Reply) {
-	if !r.Roster.Contains(rep.Voter) || r.replied[rep.Voter.Name] {
+	if rep.Seq != r.Seq || rep.Epoch != r.Epoch || !r.Roster.Contains(rep.Voter) || r.replied[rep.Voter.Name] {
 		return
 	}
 	r.replied[rep.Voter.Name] = true

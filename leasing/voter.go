@@ -28,15 +28,26 @@ type Voter struct {
 	expiry  time.Time
 }
 
-// NewVoter returns a voter that starts at now. It grants nothing until
-// startupHold has passed (one TTL), because a restarted voter has forgotten
-// its promises. Requests with a TTL above maxTTL are refused.
+// NewVoter returns a voter that starts at now. A voter that has granted
+// before (its store holds an epoch) grants nothing until startupHold has
+// passed (one TTL), because after a restart it has forgotten its promises; a
+// voter that never granted has nothing to forget. Requests with a TTL above
+// maxTTL are refused.
 func NewVoter(self Node, store GrantStore, now time.Time, startupHold, maxTTL time.Duration) *Voter {
+	if store.Epoch() == 0 {
+		startupHold = 0
+	}
 	return &Voter{self: self, store: store, started: now.Add(startupHold), maxTTL: maxTTL}
 }
 
 // Handle answers req, received at now, for a voter whose roster is r.
 func (v *Voter) Handle(now time.Time, req Request, r Roster) Reply {
+	rep := v.decide(now, req, r)
+	rep.Seq, rep.Epoch = req.Seq, req.Epoch
+	return rep
+}
+
+func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	if req.Kind == Release {
 		v.release(req)
 		return v.reply(now, true, "")
@@ -101,6 +112,9 @@ func (v *Voter) Promise(now time.Time) (Node, time.Time, bool) {
 	}
 	return v.holder, v.expiry, true
 }
+
+// Holding reports whether the voter is still in its startup hold at now.
+func (v *Voter) Holding(now time.Time) bool { return now.Before(v.started) }
 
 // HoldsPromiseFor reports whether v has an unexpired promise to c.
 func (v *Voter) HoldsPromiseFor(now time.Time, c Node) bool {

@@ -40,6 +40,32 @@ type Status struct {
 	Consistency string `msgpack:"consistency" json:"consistency"`
 	// Reason says why there is no leader, when known.
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// Quorum is the last lease round's count of grants against the
+	// majority it needed, as this node saw it (quorum mode; nil before any
+	// round).
+	Quorum *QuorumInfo `msgpack:"quorum" json:"quorum"`
+	// Roster is the voter roster this node knows (quorum mode; nil before
+	// it has one).
+	Roster *RosterInfo `msgpack:"roster" json:"roster"`
+}
+
+// QuorumInfo counts the grants of a lease round.
+type QuorumInfo struct {
+	// Have is how many voters granted.
+	Have int `msgpack:"have" json:"have"`
+	// Need is the majority of the roster.
+	Need int `msgpack:"need" json:"need"`
+}
+
+// RosterInfo describes the voter roster: the voters whose majority grants a
+// lease.
+type RosterInfo struct {
+	// ClusterID names the cluster the roster belongs to.
+	ClusterID string `msgpack:"cluster_id" json:"cluster_id"`
+	// Version grows with every change of the roster.
+	Version uint64 `msgpack:"version" json:"version"`
+	// Voters are the voters' node names, sorted.
+	Voters []string `msgpack:"voters" json:"voters"`
 }
 
 // Member status values (Member.Status).

@@ -36,7 +36,10 @@ func agentCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip address of an agent to join, `HOST:PORT` (repeatable; retried until it works)", EnvVars: env("join")},
 			socketFlag(),
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
-			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "available (each partition side may elect a leader) or quorum (not yet implemented)", EnvVars: env("consistency")},
+			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "quorum (a majority of voters must grant the lease: at most one leader) or available (each partition side may elect its own)", EnvVars: env("consistency")},
+			&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, Usage: "how long a voter's lease promise lasts; the leader renews every third of it", EnvVars: env("lease-ttl")},
+			&cli.Float64Flag{Name: "max-drift", Value: d.MaxDrift, Usage: "bound on how much clock rates differ between hosts, as a fraction", EnvVars: env("max-drift")},
+			&cli.IntFlag{Name: "expect", Usage: "number of fresh voters that bootstrap the first roster together (0: join an existing cluster)", EnvVars: env("expect")},
 			&cli.BoolFlag{Name: "preempt", Value: d.Preempt, Usage: "yield leadership to a higher eligible node once it is stable", EnvVars: env("preempt")},
 			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
 			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node grants leases (quorum mode)", EnvVars: env("voter")},
@@ -85,6 +88,9 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.SocketPath = c.String("socket")
 	cfg.DataDir = c.String("data-dir")
 	cfg.Consistency = agent.Consistency(c.String("consistency"))
+	cfg.LeaseTTL = c.Duration("lease-ttl")
+	cfg.MaxDrift = c.Float64("max-drift")
+	cfg.Expect = c.Int("expect")
 	cfg.Preempt = c.Bool("preempt")
 	cfg.Eligible = c.Bool("eligible")
 	cfg.Voter = c.Bool("voter")

@@ -96,6 +96,14 @@ func printStatus(w io.Writer, st rpc.Status) {
 	}
 	fmt.Fprintf(tw, "members:\t%d alive\n", st.Members)
 	fmt.Fprintf(tw, "consistency:\t%s\n", st.Consistency)
+	if st.Quorum != nil && st.Quorum.Need > 0 {
+		fmt.Fprintf(tw, "quorum:\t%d grants, %d needed (last lease round)\n", st.Quorum.Have, st.Quorum.Need)
+	}
+	if r := st.Roster; r != nil {
+		fmt.Fprintf(tw, "roster:\tv%d of cluster %s: %s\n", r.Version, r.ClusterID, strings.Join(r.Voters, " "))
+	} else if st.Consistency == "quorum" {
+		fmt.Fprintf(tw, "roster:\tnone yet (bootstrap with --expect N, or wait to be admitted)\n")
+	}
 	tw.Flush()
 }
 

@@ -78,6 +78,8 @@ func startAgents(t *testing.T, n int, edit func(*agent.Config)) []string {
 		cfg.SocketPath = filepath.Join(dir, cfg.Name+".sock")
 		cfg.DataDir = filepath.Join(dir, cfg.Name)
 		cfg.Profile = agent.Local
+		cfg.LeaseTTL = 2 * time.Second
+		cfg.Expect = n
 		if seed != "" {
 			cfg.Join = []string{seed}
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a local tenure cluster of three agents on 127.0.0.1, shows what each
 # one sees, kills the leader with SIGKILL, and shows the new leader with a
-# higher epoch. Everything it creates lives in a temporary directory that is
+# higher epoch once the old leader's lease has run out (quorum mode, a 2s
+# lease TTL). Everything it creates lives in a temporary directory that is
 # removed on exit.
 #
 #   ./examples/local-cluster/run.sh            # three agents, then exit
@@ -34,6 +35,7 @@ start_agent() {
     --bind "127.0.0.1:$((base + 2 * i))" --peer-bind "127.0.0.1:$((base + 2 * i + 1))" \
     --join "127.0.0.1:$((base + 2))" \
     --socket "$work/node$i.sock" --data-dir "$work/data$i" \
+    --expect "$nodes" --lease-ttl "${LEASE_TTL:-2s}" \
     --timing local --log-level warn 2>>"$work/node$i.log" &
   pids[$i]=$!
 }

@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// core is the deterministic heart of an agent: the election machine, the
+// lease (as candidate and leader), the voter and the roster. Every input
+// carries the instant from the node's own clock; outputs (messages to send)
+// are collected by ready. Its only I/O is through its stores, which persist
+// before anything that depends on them is sent. The driver (loop.go) runs it
+// over real sockets; core_sim_test.go runs many of them on a fake network.
+type core struct {
+	cfg     coreConfig
+	log     *slog.Logger
+	m       *bully.Machine
+	epochs  epochStore
+	rosters rosterStore
+	grants  *leasing.Voter // nil unless this node votes
+	granted leasing.GrantStore
+
+	// A voter that learned a roster naming itself from a peer (its bootstrap
+	// raced, or it lost its disk) votes only after one TTL, and then not
+	// below the highest epoch it has seen by then: it may have granted
+	// before and forgotten.
+	amnesiac bool
+	holdEnd  time.Time
+
+	live map[string]memberView // live members, self included
+
+	seq   uint64         // last lease round number
+	round *leasing.Round // acquire or renew round in flight
+	lease struct {
+		epoch    uint64    // the term being led; 0 when none
+		deadline time.Time // end of validity on this node's clock
+		renewAt  time.Time
+	}
+	quorum   leasing.Quorum // as of the last round
+	noQuorum string         // why the last acquire failed, "" when it did not
+	fetchAt  time.Time      // next roster fetch, for a node without a roster
+	warned   map[string]bool
+	out      []outMsg
+	failed   error // a store failed: the agent must stop
+}
+
+// coreConfig is what a core needs from the agent's Config.
+type coreConfig struct {
+	Self        bully.Node
+	Eligible    bool
+	Voter       bool
+	Consistency Consistency
+	Lease       leasing.Timing
+	Expect      int
+	Election    bully.Config // timings, Preempt and Rand; Self and Epoch are filled in
+}
+
+// epochStore persists the highest epoch seen or used.
+type epochStore interface {
+	Epoch() uint64
+	Raise(uint64) error
+}
+
+// rosterStore persists the roster.
+type rosterStore interface {
+	Roster() leasing.Roster
+	Save(leasing.Roster) error
+}
+
+// memberView is a live member as the core sees it.
+type memberView struct {
+	bully.Member
+	Voter   bool
+	Cluster string // the cluster ID it advertises, "" before it has a roster
+}
+
+// outMsg is a message to send to a peer.
+type outMsg struct {
+	to  bully.Node
+	env envelope
+}
+
+func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, rosters rosterStore, log *slog.Logger, now time.Time) (*core, error) {
+	ec := cfg.Election
+	ec.Self = bully.Member{Node: cfg.Self, Eligible: cfg.Eligible}
+	ec.Epoch = epochs.Epoch()
+	m, err := bully.New(ec, now)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: rosters,
+		live: map[string]memberView{}, warned: map[string]bool{}}
+	if cfg.Voter && cfg.Consistency == Quorum {
+		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now, cfg.Lease.TTL, 10*cfg.Lease.TTL)
+	}
+	return c, nil
+}
+
+// ready returns and clears the messages to send.
+func (c *core) ready() []outMsg {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+func (c *core) roster() leasing.Roster { return c.rosters.Roster() }
+
+func (c *core) quorumMode() bool { return c.cfg.Consistency == Quorum }
+
+// setMembers replaces the live membership. Members of another cluster are
+// left out of the election (and reported once).
+func (c *core) setMembers(now time.Time, members []memberView) {
+	c.live = map[string]memberView{}
+	var view []bully.Member
+	mine := c.roster().ClusterID
+	for _, mv := range members {
+		if mine != "" && mv.Cluster != "" && mv.Cluster != mine {
+			c.warnForeign(mv, mine)
+			continue
+		}
+		c.live[mv.Name] = mv
+		view = append(view, mv.Member)
+	}
+	c.m.SetMembers(now, view)
+	c.maybeBootstrap()
+	c.process(now)
+}
+
+func (c *core) warnForeign(mv memberView, mine string) {
+	if c.warned[mv.Name] {
+		return
+	}
+	c.warned[mv.Name] = true
+	c.log.Error("refusing to merge with a member of another cluster: it was bootstrapped separately; its rosters and leases are ignored",
+		"member", mv.Name, "its_cluster", mv.Cluster, "this_cluster", mine)
+}
+
+// tick advances timers: the election's, the lease deadline, renewals, the
+// budget of a round in flight, and roster fetches.
+func (c *core) tick(now time.Time) {
+	c.m.Tick(now)
+	c.checkLease(now)
+	c.maybeFetchRoster(now)
+	c.process(now)
+}
+
+// resign makes a leader step down; bully.ErrNotLeader otherwise.
+func (c *core) resign(now time.Time) error {
+	err := c.m.Resign(now)
+	c.process(now)
+	return err
+}
+
+// receive handles a peer message and returns the reply to send back on the
+// same exchange, if any.
+func (c *core) receive(now time.Time, env envelope) *envelope {
+	var reply *envelope
+	switch {
+	case env.Bully != nil:
+		if r := c.m.Step(now, *env.Bully); r != nil {
+			reply = &envelope{Bully: r}
+		}
+	case env.Lease != nil:
+		rep := c.vote(now, *env.Lease)
+		reply = &envelope{LeaseReply: &rep}
+	case env.LeaseReply != nil:
+		c.addReply(now, *env.LeaseReply)
+	case env.RosterFetch:
+		if r := c.roster(); !r.IsZero() {
+			reply = &envelope{Roster: &r}
+		}
+	case env.Roster != nil:
+		c.adoptRoster(now, *env.Roster)
+	}
+	c.process(now)
+	return reply
+}
+
+// vote answers a lease request as a voter, or refuses as a non-voter.
+func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
+	refuse := func(r leasing.Reason) leasing.Reply {
+		return leasing.Reply{Seq: req.Seq, Epoch: req.Epoch, Voter: toLeasing(c.cfg.Self), Reason: r, Highest: c.granted.Epoch()}
+	}
+	if c.grants == nil {
+		return refuse(leasing.ReasonNotVoter)
+	}
+	if c.amnesiac && req.Kind != leasing.Release {
+		if now.Before(c.holdEnd) {
+			return refuse(leasing.ReasonRestarting)
+		}
+		if err := c.granted.Raise(c.epochs.Epoch()); err != nil {
+			return refuse(leasing.ReasonStorage)
+		}
+		c.amnesiac = false
+	}
+	return c.grants.Handle(now, req, c.roster())
+}
+
+// process carries out what the machine asks, in the order that keeps epochs
+// safe: persist the highest epoch, then queue messages, then lease work.
+func (c *core) process(now time.Time) {
+	for c.failed == nil {
+		rd := c.m.Ready()
+		if err := c.epochs.Raise(rd.Epoch); err != nil {
+			c.failed = fmt.Errorf("persist epoch %d: %w", rd.Epoch, err)
+			return
+		}
+		for _, msg := range rd.Messages {
+			c.out = append(c.out, outMsg{to: msg.To, env: envelope{Bully: &msg}})
+		}
+		if rd.Release != 0 {
+			c.release(now, rd.Release)
+		}
+		if rd.Acquire == 0 {
+			return
+		}
+		c.acquire(now, rd.Acquire)
+	}
+}
+
+// errNoRoster explains a quorum node that cannot campaign yet.
+var errNoRoster = errors.New("no voter roster yet: waiting for --expect voters to bootstrap, or for this node to be admitted")

@@ -1,0 +1,172 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// acquire runs the lease round that gates a won election. Available mode
+// grants at once.
+func (c *core) acquire(now time.Time, epoch uint64) {
+	if !c.quorumMode() {
+		c.lease.epoch = epoch
+		c.m.Acquired(now, epoch)
+		return
+	}
+	r := c.roster()
+	if r.IsZero() {
+		c.noQuorum = errNoRoster.Error()
+		c.m.AcquireFailed(now, epoch, 0, 0)
+		return
+	}
+	c.startRound(now, leasing.Acquire, epoch, r)
+}
+
+// startRound sends a round's request to every voter; this node's own vote,
+// if it is one, is cast at once.
+func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leasing.Roster) {
+	c.seq++
+	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, c.cfg.Lease.AcquireBudget)
+	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
+	for _, v := range r.Voters {
+		if toBully(v) == c.cfg.Self {
+			c.round.Add(c.vote(now, req))
+			continue
+		}
+		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
+	}
+	c.evaluate(now)
+}
+
+// addReply counts a voter's reply in the round in flight.
+func (c *core) addReply(now time.Time, rep leasing.Reply) {
+	if c.round == nil {
+		return
+	}
+	c.round.Add(rep)
+	c.evaluate(now)
+}
+
+// evaluate concludes the round in flight once it is won or lost.
+func (c *core) evaluate(now time.Time) {
+	rd := c.round
+	if rd == nil || (!rd.Won() && !rd.Lost(now)) {
+		return
+	}
+	c.round = nil
+	c.quorum = rd.Quorum()
+	switch {
+	case rd.Kind == leasing.Acquire && rd.Won():
+		c.noQuorum = ""
+		c.lease.epoch = rd.Epoch
+		c.extend(rd)
+		c.m.Acquired(now, rd.Epoch)
+	case rd.Kind == leasing.Acquire:
+		c.noQuorum = "no quorum: " + describeRefusals(rd)
+		c.sendRelease(now, rd.Epoch, rd.Roster)
+		c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
+	case rd.Epoch != c.lease.epoch:
+		// A renewal of a term that has ended meanwhile.
+	case rd.Won():
+		c.extend(rd)
+	default:
+		c.log.Warn("lease renewal failed; retrying", "epoch", rd.Epoch, "granted", rd.Quorum().Have,
+			"need", rd.Quorum().Need, "remaining", c.lease.deadline.Sub(now))
+		c.lease.renewAt = now.Add(c.cfg.Lease.RenewInterval() / 4)
+	}
+}
+
+// extend moves the lease deadline to the end of validity counted from when
+// the won round's requests were sent.
+func (c *core) extend(rd *leasing.Round) {
+	c.lease.deadline = c.cfg.Lease.LeaderDeadline(rd.Sent)
+	c.lease.renewAt = rd.Sent.Add(c.cfg.Lease.RenewInterval())
+}
+
+// checkLease ends a term whose deadline passed, starts renewals, and
+// concludes a round whose budget ran out.
+func (c *core) checkLease(now time.Time) {
+	c.evaluate(now)
+	if !c.quorumMode() || c.lease.epoch == 0 || !c.leading() {
+		return
+	}
+	if !now.Before(c.lease.deadline) {
+		c.log.Warn("lease expired without renewal: stepping down", "epoch", c.lease.epoch)
+		epoch := c.lease.epoch
+		c.lease.epoch = 0
+		c.m.LeaseLost(now, epoch)
+		return
+	}
+	if c.round == nil && !now.Before(c.lease.renewAt) {
+		c.startRound(now, leasing.Renew, c.lease.epoch, c.roster())
+	}
+}
+
+// release drops the lease of epoch, telling the voters so the next leader
+// need not wait for the promises to expire.
+func (c *core) release(now time.Time, epoch uint64) {
+	if c.lease.epoch == epoch {
+		c.lease.epoch = 0
+		c.lease.deadline = time.Time{}
+	}
+	if c.round != nil && c.round.Epoch == epoch {
+		c.round = nil
+	}
+	if c.quorumMode() {
+		c.sendRelease(now, epoch, c.roster())
+	}
+}
+
+func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
+	req := leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: epoch,
+		ClusterID: r.ClusterID, RosterVersion: r.Version}
+	for _, v := range r.Voters {
+		if toBully(v) == c.cfg.Self {
+			c.vote(now, req)
+			continue
+		}
+		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
+	}
+}
+
+// leading reports whether the machine is in the leader state.
+func (c *core) leading() bool { return c.m.Status().State == bully.StateLeader }
+
+// leaseValid reports whether this node leads with a valid lease at now: the
+// only question that decides whether it may act as leader.
+func (c *core) leaseValid(now time.Time) bool {
+	if !c.leading() {
+		return false
+	}
+	return !c.quorumMode() || now.Before(c.lease.deadline)
+}
+
+// leaseRemaining is how long the lease still runs (0 when not leading or in
+// available mode, which has no lease).
+func (c *core) leaseRemaining(now time.Time) time.Duration {
+	if !c.quorumMode() || !c.leaseValid(now) {
+		return 0
+	}
+	return c.lease.deadline.Sub(now)
+}
+
+// describeRefusals says why a round failed, e.g. "1 of 3 needed grants
+// (refused: promised×2)".
+func describeRefusals(rd *leasing.Round) string {
+	var parts []string
+	for reason, n := range rd.Refusals() {
+		parts = append(parts, fmt.Sprintf("%s×%d", reason, n))
+	}
+	sort.Strings(parts)
+	q := rd.Quorum()
+	msg := fmt.Sprintf("%d of %d needed grants", q.Have, q.Need)
+	if len(parts) > 0 {
+		msg += " (refused: " + strings.Join(parts, ", ") + ")"
+	}
+	return msg
+}
