@@ -34,7 +34,7 @@ type Agent struct {
 	// touches core.
 	inbox      chan func()
 	core       *core
-	advertised string // cluster ID in this node's gossip tags
+	advertised leasing.Roster // the roster this node's gossip tags advertise
 
 	mu   sync.Mutex
 	snap snapshot
@@ -158,10 +158,8 @@ func (a *Agent) startGossip() error {
 	gc.AdvertiseAddr = a.cfg.AdvertiseAddr
 	gc.PeerAddr = a.advertisedPeerAddr()
 	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
-	if id := a.rosters.Roster().ClusterID; id != "" {
-		gc.Tags = map[string]string{clusterTag: id}
-		a.advertised = id
-	}
+	gc.Tags = a.gossipTags(a.rosters.Roster())
+	a.advertised = a.rosters.Roster()
 	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, "serf.snapshot")
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()
@@ -211,6 +209,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
 	if a.members != nil {
 		a.resignForShutdown(ctx)
+		// Stop the driver before leaving: nothing may touch gossip (such as
+		// re-advertising tags) once it has left.
+		a.cancel()
+		<-a.loopDone
 		if err := a.members.Leave(); err != nil {
 			errs = append(errs, fmt.Errorf("agent: leave: %w", err))
 		}

@@ -26,11 +26,15 @@ type core struct {
 	granted leasing.GrantStore
 
 	// A voter that learned a roster naming itself from a peer (its bootstrap
-	// raced, or it lost its disk) votes only after one TTL, and then not
-	// below the highest epoch it has seen by then: it may have granted
-	// before and forgotten.
+	// raced, or it lost its disk) may have granted before and forgotten. It
+	// votes only after one TTL (its old promises have run out by then), and
+	// only once a majority of the other voters told it the highest epoch
+	// they granted: any earlier term's epoch was stored on a majority, which
+	// that majority meets, so its floor is above every epoch used.
 	amnesiac bool
 	holdEnd  time.Time
+	floors   map[string]uint64 // replies to FloorQuery
+	queryAt  time.Time
 
 	live map[string]memberView // live members, self included
 
@@ -40,13 +44,22 @@ type core struct {
 		epoch    uint64    // the term being led; 0 when none
 		deadline time.Time // end of validity on this node's clock
 		renewAt  time.Time
+		roster   leasing.Roster // the roster of the last won round
 	}
-	quorum   leasing.Quorum // as of the last round
-	noQuorum string         // why the last acquire failed, "" when it did not
-	fetchAt  time.Time      // next roster fetch, for a node without a roster
-	warned   map[string]bool
-	out      []outMsg
-	failed   error // a store failed: the agent must stop
+	change      *rosterChange   // roster step in flight (leader)
+	changeRetry time.Time       // no new step before
+	pushAt      time.Time       // next push of the roster to lagging members
+	left        map[string]bool // members gossip reports as having left
+	forced      map[string]bool // voters force-left by an operator
+	quorum      leasing.Quorum  // as of the last round
+	noQuorum    string          // why the last acquire failed, "" when it did not
+	fetchAt     time.Time       // next roster fetch, for a node without a roster
+	// seenCluster: this node has seen a member of an established cluster,
+	// so it never bootstraps one of its own.
+	seenCluster bool
+	warned      map[string]bool
+	out         []outMsg
+	failed      error // a store failed: the agent must stop
 }
 
 // coreConfig is what a core needs from the agent's Config.
@@ -72,11 +85,14 @@ type rosterStore interface {
 	Save(leasing.Roster) error
 }
 
-// memberView is a live member as the core sees it.
+// memberView is a member as the core sees it.
 type memberView struct {
 	bully.Member
-	Voter   bool
-	Cluster string // the cluster ID it advertises, "" before it has a roster
+	Voter         bool
+	Cluster       string // the cluster ID it advertises, "" before it has a roster
+	RosterVersion uint64 // the roster version it advertises
+	Expect        int    // the --expect it was started with (0: none)
+	Left          bool   // it left gracefully (not live)
 }
 
 // outMsg is a message to send to a peer.
@@ -94,7 +110,8 @@ func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, roste
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: rosters,
-		live: map[string]memberView{}, warned: map[string]bool{}}
+		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]bool{},
+		floors: map[string]uint64{}}
 	if cfg.Voter && cfg.Consistency == Quorum {
 		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now, cfg.Lease.TTL, 10*cfg.Lease.TTL)
 	}
@@ -112,13 +129,19 @@ func (c *core) roster() leasing.Roster { return c.rosters.Roster() }
 
 func (c *core) quorumMode() bool { return c.cfg.Consistency == Quorum }
 
-// setMembers replaces the live membership. Members of another cluster are
-// left out of the election (and reported once).
+// setMembers replaces the membership: live members, and those that left
+// gracefully (Left). Members of another cluster are left out of the
+// election (and reported once).
 func (c *core) setMembers(now time.Time, members []memberView) {
 	c.live = map[string]memberView{}
+	c.left = map[string]bool{}
 	var view []bully.Member
 	mine := c.roster().ClusterID
 	for _, mv := range members {
+		if mv.Left {
+			c.left[mv.Name] = true
+			continue
+		}
 		if mine != "" && mv.Cluster != "" && mv.Cluster != mine {
 			c.warnForeign(mv, mine)
 			continue
@@ -144,7 +167,9 @@ func (c *core) warnForeign(mv memberView, mine string) {
 // budget of a round in flight, and roster fetches.
 func (c *core) tick(now time.Time) {
 	c.m.Tick(now)
+	c.queryFloors(now)
 	c.checkLease(now)
+	c.driveRoster(now)
 	c.maybeFetchRoster(now)
 	c.process(now)
 }
@@ -176,6 +201,17 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		}
 	case env.Roster != nil:
 		c.adoptRoster(now, *env.Roster)
+	case env.RosterUpdate != nil:
+		ack := c.onRosterUpdate(now, *env.RosterUpdate)
+		reply = &envelope{RosterAck: &ack}
+	case env.RosterAck != nil:
+		c.onRosterAck(now, *env.RosterAck)
+	case env.FloorQuery:
+		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch()}}
+	case env.Floor != nil:
+		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
+			c.floors[env.Floor.From.Name] = env.Floor.Granted
+		}
 	}
 	c.process(now)
 	return reply
@@ -190,13 +226,14 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 		return refuse(leasing.ReasonNotVoter)
 	}
 	if c.amnesiac && req.Kind != leasing.Release {
-		if now.Before(c.holdEnd) {
+		if now.Before(c.holdEnd) || !c.floorKnown() {
 			return refuse(leasing.ReasonRestarting)
 		}
-		if err := c.granted.Raise(c.epochs.Epoch()); err != nil {
+		if err := c.granted.Raise(c.floor()); err != nil {
 			return refuse(leasing.ReasonStorage)
 		}
 		c.amnesiac = false
+		c.log.Info("voting again after a lost or raced roster", "floor", c.granted.Epoch())
 	}
 	return c.grants.Handle(now, req, c.roster())
 }

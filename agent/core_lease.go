@@ -33,7 +33,7 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 	c.seq++
 	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, c.cfg.Lease.AcquireBudget)
 	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
-	for _, v := range r.Voters {
+	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
 			c.round.Add(c.vote(now, req))
 			continue
@@ -60,6 +60,9 @@ func (c *core) evaluate(now time.Time) {
 	}
 	c.round = nil
 	c.quorum = rd.Quorum()
+	if newer, ok := rd.NewerRoster(); ok {
+		c.adoptNewer(newer)
+	}
 	switch {
 	case rd.Kind == leasing.Acquire && rd.Won():
 		c.noQuorum = ""
@@ -84,6 +87,7 @@ func (c *core) evaluate(now time.Time) {
 // extend moves the lease deadline to the end of validity counted from when
 // the won round's requests were sent.
 func (c *core) extend(rd *leasing.Round) {
+	c.lease.roster = rd.Roster
 	c.lease.deadline = c.cfg.Lease.LeaderDeadline(rd.Sent)
 	c.lease.renewAt = rd.Sent.Add(c.cfg.Lease.RenewInterval())
 }
@@ -124,8 +128,8 @@ func (c *core) release(now time.Time, epoch uint64) {
 
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
 	req := leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: epoch,
-		ClusterID: r.ClusterID, RosterVersion: r.Version}
-	for _, v := range r.Voters {
+		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch}
+	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
 			c.vote(now, req)
 			continue

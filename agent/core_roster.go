@@ -12,19 +12,20 @@ import (
 const rosterFetchInterval = time.Second
 
 // maybeBootstrap creates the first roster when this fresh voter sees exactly
-// cfg.Expect fresh voters (itself included) and no member of an established
-// cluster. Every node that sees the same set derives the same roster and
+// cfg.Expect fresh voters started with the same --expect (itself included)
+// and no member of an established cluster. Every node that sees the same set derives the same roster and
 // cluster ID without talking; see docs/DESIGN.md for what --expect assumes.
 func (c *core) maybeBootstrap() {
-	if !c.quorumMode() || c.cfg.Expect == 0 || !c.cfg.Voter || !c.roster().IsZero() {
+	if !c.quorumMode() || c.cfg.Expect == 0 || !c.cfg.Voter || !c.roster().IsZero() || c.seenCluster {
 		return
 	}
 	var fresh []leasing.Node
 	for _, mv := range c.live {
 		if mv.Cluster != "" {
-			return // an established cluster: wait to be admitted
+			c.seenCluster = true // an established cluster: wait to be admitted, for good
+			return
 		}
-		if mv.Voter {
+		if mv.Voter && mv.Expect == c.cfg.Expect {
 			fresh = append(fresh, toLeasing(mv.Node))
 		}
 	}
@@ -40,30 +41,38 @@ func (c *core) maybeBootstrap() {
 	c.log.Info("bootstrapped the voter roster", "roster", r.String())
 }
 
-// maybeFetchRoster asks a member of this node's future cluster for the
-// roster, when this node has none (an observer, or a node started without
-// --expect).
+// maybeFetchRoster asks a member of the cluster for its roster when this
+// node has none (an observer, or a node started without --expect), or when
+// a member advertises a later version than this node's.
 func (c *core) maybeFetchRoster(now time.Time) {
-	if !c.quorumMode() || !c.roster().IsZero() || now.Before(c.fetchAt) {
+	if !c.quorumMode() || now.Before(c.fetchAt) {
 		return
 	}
-	c.fetchAt = now.Add(rosterFetchInterval)
+	mine := c.roster()
 	for _, name := range sortedNames(c.live) {
-		if mv := c.live[name]; mv.Cluster != "" && mv.Node != c.cfg.Self {
-			c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
-			return
+		mv := c.live[name]
+		if mv.Cluster == "" || mv.Node == c.cfg.Self || (!mine.IsZero() && mv.RosterVersion <= mine.Version) {
+			continue
 		}
+		c.fetchAt = now.Add(rosterFetchInterval)
+		c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
+		return
 	}
 }
 
-// adoptRoster stores a roster learned from a peer, when this node has none.
-// A node that has a roster keeps it: rosters change only through the
-// protocol's own rounds, never by hearsay. A roster that names this node
+// adoptRoster stores a roster learned from a peer: when this node has none,
+// or a later one of its cluster (every stored roster came from a leader's
+// change step, and a joint one is used only with both majorities, so a
+// later roster is safe to campaign under). A roster that names this node
 // comes from a bootstrap it raced (the others bootstrapped first) or from a
 // lost data dir; either way the node may have granted before, so it holds
 // its vote for one TTL (see core.amnesiac).
 func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
-	if !c.roster().IsZero() || r.IsZero() || r.ClusterID == "" || len(r.Voters) == 0 {
+	if r.IsZero() || r.ClusterID == "" || len(r.Voters) == 0 {
+		return
+	}
+	if !c.roster().IsZero() {
+		c.adoptNewer(r)
 		return
 	}
 	if err := c.rosters.Save(r); err != nil {
@@ -72,6 +81,7 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 	}
 	if r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil {
 		c.amnesiac, c.holdEnd = true, now.Add(c.cfg.Lease.TTL)
+		c.floors = map[string]uint64{}
 		c.log.Warn("learned a roster naming this node from a peer: voting only after one lease TTL", "roster", r.String())
 		return
 	}
@@ -85,4 +95,51 @@ func sortedNames(m map[string]memberView) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// queryFloors asks the other voters, once a second while this voter is
+// amnesiac, for the highest epoch each has granted.
+func (c *core) queryFloors(now time.Time) {
+	if !c.amnesiac || c.floorKnown() || now.Before(c.queryAt) {
+		return
+	}
+	c.queryAt = now.Add(rosterFetchInterval)
+	for _, v := range c.roster().Members() {
+		if n := toBully(v); n != c.cfg.Self {
+			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})
+		}
+	}
+}
+
+// floorKnown reports whether enough other voters answered the floor query:
+// in a set of n voters with majority m, any n-m+1 of them include one of
+// every majority (less this node), so they know every epoch a majority
+// stored. For a joint roster, in both sets.
+func (c *core) floorKnown() bool {
+	r := c.roster()
+	ok := c.enoughFloors(r.Voters)
+	if r.Joint() {
+		ok = ok && c.enoughFloors(r.Prev)
+	}
+	return ok
+}
+
+func (c *core) enoughFloors(set []leasing.Node) bool {
+	got := 0
+	for _, v := range set {
+		if _, ok := c.floors[v.Name]; ok && toBully(v) != c.cfg.Self {
+			got++
+		}
+	}
+	return got >= len(set)-(len(set)/2+1)+1
+}
+
+// floor is the highest epoch this voter must not grant at or below: the
+// highest the others reported, or this node has seen.
+func (c *core) floor() uint64 {
+	f := c.epochs.Epoch()
+	for _, e := range c.floors {
+		f = max(f, e)
+	}
+	return f
 }

@@ -18,17 +18,18 @@ import (
 // links one way. Each node's clock runs at its own rate. After every step it
 // checks the invariants (see check).
 type csim struct {
-	t     *testing.T
-	rand  *rand.Rand
-	start time.Time
-	now   time.Time // global (real) time
-	step  time.Duration
-	nodes map[string]*cnode
-	order []string
-	cut   map[[2]string]bool
-	drop  float64
-	queue []flight
-	ttl   time.Duration
+	t       *testing.T
+	rand    *rand.Rand
+	start   time.Time
+	now     time.Time // global (real) time
+	step    time.Duration
+	nodes   map[string]*cnode
+	order   []string
+	cut     map[[2]string]bool
+	drop    float64
+	queue   []flight
+	ttl     time.Duration
+	initial int // nodes bootstrapped together by addNodes
 
 	terms map[uint64]string // epoch → the node that led it
 }
@@ -42,6 +43,8 @@ type cnode struct {
 	c       *core
 	up      bool
 	paused  bool
+	left    bool // left gracefully: others see it as left
+	wiped   bool // lost its disk once
 	epochs  *memStore
 	grants  *memStore
 	rosters *memRoster
@@ -91,6 +94,7 @@ func (s *csim) local(n *cnode, t time.Time) time.Time {
 // addNodes adds n1..nN (IDs 1..N), voters bootstrapping a roster of all N,
 // with clock rates spread within the drift bound.
 func (s *csim) addNodes(n int) {
+	s.initial = n
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("n%d", i)
 		rate := 1 + (s.rand.Float64()-0.5)*0.0099 // |rate_i − rate_j| < 1%
@@ -126,10 +130,13 @@ func (s *csim) boot(name string, expect int) {
 
 func (s *csim) crash(name string) { s.nodes[name].up = false; s.syncViews() }
 
-// wipe loses a node's disk.
+// wipe loses a node's disk. The per-voter record of grants goes with it:
+// what must survive a minority of lost disks is that no two terms share an
+// epoch (recordTerm), not a forgetful voter's own sequence.
 func (s *csim) wipe(name string) {
 	n := s.nodes[name]
 	n.epochs, n.grants, n.rosters = &memStore{}, &memStore{}, &memRoster{}
+	n.granted, n.wiped = 0, true
 }
 
 func (s *csim) reach(a, b string) bool {
@@ -162,7 +169,9 @@ func (s *csim) syncViews() {
 			nb := s.nodes[b]
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused) { // a paused node fails its probes
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: true},
-					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID})
+					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect})
+			} else if nb.left {
+				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}}, Left: true})
 			}
 		}
 		na.c.setMembers(s.local(na, s.now), view)
@@ -271,24 +280,24 @@ func (s *csim) check() {
 }
 
 func (s *csim) checkBacked(l *cnode) {
-	r := l.rosters.r
-	backed := 0
-	for _, v := range r.Voters {
+	r := l.c.lease.roster // the roster its lease was granted under
+	backed := map[string]bool{}
+	for _, v := range r.Members() {
 		n := s.nodes[v.Name]
 		now := s.local(n, s.now)
 		switch {
 		case !n.up, n.c.grants == nil, n.c.roster().IsZero():
-			backed++ // down, or knows no roster: grants to nobody
+			backed[v.Name] = true // down, or knows no roster: grants to nobody
 		case n.c.amnesiac && now.Before(n.c.holdEnd):
-			backed++
+			backed[v.Name] = true
 		case n.c.grants.HoldsPromiseFor(now, leasing.Node{ID: l.id, Name: l.name}):
-			backed++
+			backed[v.Name] = true
 		case n.c.grants.Holding(now):
-			backed++ // restarted and holding
+			backed[v.Name] = true // restarted and holding
 		}
 	}
-	if backed < r.Majority() {
-		s.t.Fatalf("I3: %s believes it leads, but only %d voters back it (need %d)\n%s", l.name, backed, r.Majority(), s.dump())
+	if !r.Satisfied(func(v leasing.Node) bool { return backed[v.Name] }) {
+		s.t.Fatalf("I3: %s believes it leads, but only %v back it under %v\n%s", l.name, backed, r, s.dump())
 	}
 }
 
@@ -312,14 +321,22 @@ func (s *csim) leader() string {
 // waitLeader runs until some node in among leads, or fails after d.
 func (s *csim) waitLeader(d time.Duration, among ...string) (string, time.Duration) {
 	s.t.Helper()
+	l, took, ok := s.tryLeader(d, among...)
+	if !ok {
+		s.t.Fatalf("no leader among %v within %v\n%s", among, d, s.dump())
+	}
+	return l, took
+}
+
+// tryLeader runs until some node in among leads, for at most d.
+func (s *csim) tryLeader(d time.Duration, among ...string) (string, time.Duration, bool) {
 	begin := s.now
 	for end := s.now.Add(d); s.now.Before(end); s.tick() {
 		if l := s.leader(); l != "" && (len(among) == 0 || contains(among, l)) {
-			return l, s.now.Sub(begin)
+			return l, s.now.Sub(begin), true
 		}
 	}
-	s.t.Fatalf("no leader among %v within %v\n%s", among, d, s.dump())
-	return "", 0
+	return "", 0, false
 }
 
 func contains(xs []string, x string) bool {
@@ -336,12 +353,12 @@ func (s *csim) dump() string {
 	for _, name := range s.order {
 		n := s.nodes[name]
 		if !n.up {
-			fmt.Fprintf(&b, "  %s down\n", name)
+			fmt.Fprintf(&b, "  %s down left=%v\n", name, n.left)
 			continue
 		}
 		st := n.c.m.Status()
-		fmt.Fprintf(&b, "  %s state=%v leader=%q term=%d epoch=%d lease=%d valid=%v noquorum=%q roster=%v\n", name, st.State,
-			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.noQuorum, n.rosters.r.Version)
+		fmt.Fprintf(&b, "  %s state=%v leader=%q term=%d epoch=%d lease=%d valid=%v noquorum=%q roster=%v left=%v\n", name, st.State,
+			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.noQuorum, n.rosters.r, n.left)
 	}
 	cuts := []string{}
 	for k := range s.cut {

@@ -21,6 +21,43 @@ type envelope struct {
 	// RosterFetch asks for the receiver's roster; Roster carries one.
 	RosterFetch bool            `msgpack:"roster_fetch,omitempty"`
 	Roster      *leasing.Roster `msgpack:"roster,omitempty"`
+	// RosterUpdate is a leader's roster change step; RosterAck the answer.
+	RosterUpdate *rosterUpdate `msgpack:"roster_update,omitempty"`
+	RosterAck    *rosterAck    `msgpack:"roster_ack,omitempty"`
+	// FloorQuery asks a voter for the highest epoch it has granted; Floor
+	// answers (see core.amnesiac).
+	FloorQuery bool        `msgpack:"floor_query,omitempty"`
+	Floor      *floorReply `msgpack:"floor,omitempty"`
+	// ForceLeave asks the leader to remove a voter; ForceLeaveReply answers.
+	ForceLeave      string           `msgpack:"force_leave,omitempty"`
+	ForceLeaveReply *forceLeaveReply `msgpack:"force_leave_reply,omitempty"`
+}
+
+// rosterUpdate carries a roster change step from the leader of term Term.
+type rosterUpdate struct {
+	From   bully.Node     `msgpack:"from"`
+	Term   uint64         `msgpack:"term"`
+	Roster leasing.Roster `msgpack:"roster"`
+}
+
+// rosterAck answers a rosterUpdate.
+type rosterAck struct {
+	From    bully.Node `msgpack:"from"`
+	Version uint64     `msgpack:"version"`
+	Epoch   uint64     `msgpack:"epoch"`
+	OK      bool       `msgpack:"ok"`
+	Reason  string     `msgpack:"reason,omitempty"`
+}
+
+// floorReply answers a FloorQuery.
+type floorReply struct {
+	From    bully.Node `msgpack:"from"`
+	Granted uint64     `msgpack:"granted"`
+}
+
+// forceLeaveReply answers a ForceLeave.
+type forceLeaveReply struct {
+	Error string `msgpack:"error,omitempty"`
 }
 
 // decodeEnvelope decodes and checks a peer envelope.

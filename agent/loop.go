@@ -2,15 +2,23 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
 )
 
-// clusterTag is the gossip tag that advertises a node's cluster ID.
-const clusterTag = "c"
+// The gossip tags that advertise a node's roster: its cluster ID and version.
+const (
+	clusterTag       = "c"
+	rosterVersionTag = "rv"
+	// expectTag advertises --expect, so only nodes bootstrapping together
+	// count each other.
+	expectTag = "x"
+)
 
 // loop is the driver goroutine: it alone touches a.core.
 func (a *Agent) loop() {
@@ -65,19 +73,29 @@ func (a *Agent) do(ctx context.Context, f func()) error {
 
 // syncMembers gives the core the live members gossip knows.
 func (a *Agent) syncMembers() {
-	var live []memberView
+	var views []memberView
+	alive := 0
 	for _, m := range a.members.Members() {
+		if m.Status != gossip.StatusAlive && m.Status != gossip.StatusLeft {
+			continue
+		}
+		rv, _ := strconv.ParseUint(m.Tags[rosterVersionTag], 10, 64)
+		expect, _ := strconv.Atoi(m.Tags[expectTag])
+		views = append(views, memberView{
+			Member:        bully.Member{Node: bully.Node{ID: m.ID, Name: m.Name}, Eligible: m.Eligible},
+			Voter:         m.Voter,
+			Cluster:       m.Tags[clusterTag],
+			RosterVersion: rv,
+			Expect:        expect,
+			Left:          m.Status == gossip.StatusLeft,
+		})
 		if m.Status == gossip.StatusAlive {
-			live = append(live, memberView{
-				Member:  bully.Member{Node: bully.Node{ID: m.ID, Name: m.Name}, Eligible: m.Eligible},
-				Voter:   m.Voter,
-				Cluster: m.Tags[clusterTag],
-			})
+			alive++
 		}
 	}
-	a.core.setMembers(a.cfg.Clock.Now(), live)
+	a.core.setMembers(a.cfg.Clock.Now(), views)
 	a.mu.Lock()
-	a.snap.members = len(live)
+	a.snap.members = alive
 	a.mu.Unlock()
 	a.flush()
 }
@@ -99,18 +117,31 @@ func (a *Agent) flush() *sync.WaitGroup {
 	return &sent
 }
 
-// advertiseCluster puts the roster's cluster ID into this node's gossip
-// tags once it has one.
+// advertiseCluster puts the roster's cluster ID and version into this
+// node's gossip tags when they change.
 func (a *Agent) advertiseCluster() {
-	id := a.core.roster().ClusterID
-	if id == "" || id == a.advertised {
+	r := a.core.roster()
+	if r.IsZero() || (r.ClusterID == a.advertised.ClusterID && r.Version == a.advertised.Version) {
 		return
 	}
-	if err := a.members.SetTags(map[string]string{clusterTag: id}); err != nil {
-		a.log.Warn("advertise cluster ID", "err", err)
+	if err := a.members.SetTags(a.gossipTags(r)); err != nil {
+		a.log.Warn("advertise roster", "err", err)
 		return
 	}
-	a.advertised = id
+	a.advertised = r
+}
+
+// gossipTags are this node's extra gossip tags: its --expect, and its
+// roster's cluster ID and version once it has one.
+func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
+	tags := map[string]string{}
+	if a.cfg.Expect > 0 {
+		tags[expectTag] = strconv.Itoa(a.cfg.Expect)
+	}
+	if !r.IsZero() {
+		tags[clusterTag], tags[rosterVersionTag] = r.ClusterID, strconv.FormatUint(r.Version, 10)
+	}
+	return tags
 }
 
 // fail stops the agent after an error it cannot act safely past (state

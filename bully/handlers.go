@@ -201,6 +201,7 @@ func (m *Machine) stepDown(now time.Time, hold bool) {
 func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.state = StateFollower
 	m.leader, m.term = l, term
+	m.heard = now
 	m.deadline = time.Time{}
 	if !m.isLive(l) {
 		m.deadline = now.Add(m.cfg.CoordinatorTimeout)

@@ -22,6 +22,7 @@ type Machine struct {
 	deadline  time.Time            // the current state's timer; zero when none
 	acquiring uint64               // epoch of the lease round in flight
 	announce  time.Time            // a leader's next COORDINATOR broadcast
+	heard     time.Time            // when the followed leader last announced itself
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
 	// it adopts no lower term, so the terms it reports only grow.
@@ -126,6 +127,19 @@ func (m *Machine) Tick(now time.Time) {
 	}
 	if m.state == StateLeader && !now.Before(m.announce) {
 		m.announceTerm(now)
+	}
+	m.checkLeaderHeard(now)
+}
+
+// checkLeaderHeard forgets a followed leader that has not announced itself
+// for three announce intervals: gossip may still list it, but it no longer
+// leads (its RESIGN was lost), and waiting on it would stall elections.
+func (m *Machine) checkLeaderHeard(now time.Time) {
+	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
+		return
+	}
+	if now.Sub(m.heard) >= 3*m.cfg.AnnounceInterval {
+		m.forgetLeader(now)
 	}
 }
 

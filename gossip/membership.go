@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/serf/serf"
 )
@@ -44,6 +45,7 @@ type Membership struct {
 
 	mu        sync.Mutex
 	closed    bool
+	left      atomic.Bool     // Leave was called: no more tag updates
 	warnedIDs map[string]bool // member names whose bad id tag was logged
 
 	shutdownOnce sync.Once
@@ -240,7 +242,9 @@ func (m *Membership) SetTags(extra map[string]string) error {
 	}
 	m.tagsMu.Lock()
 	defer m.tagsMu.Unlock()
-	if m.isClosed() {
+	if m.isClosed() || m.left.Load() {
+		// After a leave memberlist no longer lists this node and would
+		// crash re-advertising it.
 		return ErrShutdown
 	}
 	if err := m.serf.SetTags(encodeTags(m.ident, extra)); err != nil {
@@ -258,6 +262,9 @@ func (m *Membership) Leave() error {
 		return ErrShutdown
 	}
 	m.stopJoinLoop()
+	m.tagsMu.Lock()
+	m.left.Store(true)
+	m.tagsMu.Unlock()
 	if err := m.serf.Leave(); err != nil {
 		return fmt.Errorf("gossip: leave: %w", err)
 	}

@@ -109,12 +109,14 @@ func TestVoterRules(t *testing.T) {
 		{ttl + 2, req(Renew, b, 5), false, ReasonPromised},
 		{ttl + 3, req(Renew, a, 5), true, ""},
 		{ttl + 4, req(Acquire, a, 6), true, ""}, // the holder moves to a new term
-		{ttl + 5, req(Renew, a, 5), false, ReasonNotHolder},
-		{2*ttl + 4, req(Renew, a, 6), false, ReasonNotHolder}, // expired: no renewal
 		{2*ttl + 4, req(Acquire, b, 6), false, ReasonStaleEpoch},
-		{2*ttl + 4, req(Acquire, b, 7), true, ""},
-		{2*ttl + 5, req(Release, b, 7), true, ""},
-		{2*ttl + 6, req(Acquire, a, 8), true, ""}, // released: no wait
+		{2*ttl + 4, req(Renew, a, 6), true, ""}, // a's promise ran out: the voter rejoins a's term
+		{2*ttl + 5, req(Acquire, b, 7), false, ReasonPromised},
+		{3*ttl + 5, req(Acquire, b, 7), true, ""},
+		{3*ttl + 6, req(Renew, a, 6), false, ReasonPromised},
+		{3*ttl + 6, req(Release, b, 7), true, ""},
+		{3*ttl + 7, req(Acquire, a, 7), false, ReasonStaleEpoch}, // epoch 7 was granted already
+		{3*ttl + 7, req(Acquire, a, 8), true, ""},                // released: no wait
 	}
 	for i, s := range steps {
 		rep := vt.Handle(t0.Add(s.at), s.req, r)
@@ -134,7 +136,7 @@ func TestVoterRefusesOtherRostersAndStorageFailure(t *testing.T) {
 	store := &memGrants{}
 	vt := NewVoter(v, store, t0, 0, time.Minute)
 	base := Request{Kind: Acquire, Candidate: a, Epoch: 1, TTL: time.Second, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	newer := r.With(Node{4, "w"})
+	newer := r.With(Node{4, "w"}, 9)
 	cases := []struct {
 		name   string
 		edit   func(*Request)
@@ -193,19 +195,52 @@ func TestRoundCounting(t *testing.T) {
 	}
 }
 
+// TestJointRosterNeedsBothMajorities: under a joint roster a round needs a
+// majority of the new set and of the old one.
+func TestJointRosterNeedsBothMajorities(t *testing.T) {
+	a, b, c, d := Node{1, "a"}, Node{2, "b"}, Node{3, "c"}, Node{4, "d"}
+	j := Bootstrap([]Node{a, b}).With(d, 1) // new {a b d}, old {a b}
+	t0 := time.Unix(0, 0)
+	rd := NewRound(1, Acquire, 2, j, t0, time.Second)
+	rd.Add(Reply{Seq: 1, Epoch: 2, Voter: a, Granted: true})
+	rd.Add(Reply{Seq: 1, Epoch: 2, Voter: d, Granted: true})
+	if rd.Won() {
+		t.Fatal("a and d are a majority of {a b d} but not of {a b}")
+	}
+	rd.Add(Reply{Seq: 1, Epoch: 2, Voter: b, Granted: true})
+	if !rd.Won() {
+		t.Fatal("a, b and d make both majorities")
+	}
+	rd2 := NewRound(2, Acquire, 2, j, t0, time.Second)
+	rd2.Add(Reply{Seq: 2, Epoch: 2, Voter: b, Reason: ReasonPromised})
+	if !rd2.Lost(t0) {
+		t.Fatal("without b no majority of {a b} is possible")
+	}
+	if j.Contains(c) || !j.Contains(d) {
+		t.Fatal("contains")
+	}
+}
+
 func TestRosterChangesAndPersistence(t *testing.T) {
 	a, b, c := Node{1, "a"}, Node{2, "b"}, Node{3, "c"}
 	r1 := Bootstrap([]Node{c, a})
 	if r1.String() != Bootstrap([]Node{a, c}).String() || r1.Majority() != 2 {
 		t.Fatalf("bootstrap must not depend on order: %v", r1)
 	}
-	r2 := r1.With(b)
-	if r2.Version != 2 || len(r2.Voters) != 3 || r2.Voters[1] != b || r2.Majority() != 2 {
+	r2 := r1.With(b, 5)
+	if r2.Version != 2 || len(r2.Voters) != 3 || r2.Voters[1] != b || r2.Majority() != 2 || !r2.Joint() || len(r2.Prev) != 2 {
 		t.Fatalf("with: %v", r2)
 	}
-	r3 := r2.Without(a)
-	if r3.Version != 3 || r3.Contains(a) || !r3.Contains(b) {
+	f2 := r2.Final(5)
+	if f2.Version != 3 || f2.Joint() || !f2.Newer(r2) || !r2.Newer(r1) {
+		t.Fatalf("final: %v", f2)
+	}
+	r3 := f2.Without(a, 6).Final(6)
+	if r3.Version != 5 || r3.Contains(a) || !r3.Contains(b) {
 		t.Fatalf("without: %v", r3)
+	}
+	if !r1.With(b, 6).Newer(r1.With(b, 5)) {
+		t.Fatal("a later term's proposal at the same version must be newer")
 	}
 	path := filepath.Join(t.TempDir(), "roster")
 	s, err := OpenRosterStore(path)

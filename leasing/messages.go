@@ -39,6 +39,7 @@ type Request struct {
 	// majority in.
 	ClusterID     string `msgpack:"cluster"`
 	RosterVersion uint64 `msgpack:"roster_version"`
+	RosterEpoch   uint64 `msgpack:"roster_epoch"`
 }
 
 // Reason says why a voter refused.

@@ -23,16 +23,26 @@ type Node struct {
 // IsZero reports whether n is no node.
 func (n Node) IsZero() bool { return n == Node{} }
 
-// Roster is the set of voters whose majority grants a lease. It changes one
-// voter at a time, each version stored on a majority of the old and of the
-// new roster before it counts, so any two majorities ever used intersect.
+// Roster is the set of voters whose majority grants a lease.
+//
+// It changes one voter at a time, in two steps, as Raft's joint consensus
+// does: first a joint roster (Voters is the new set, Prev the old one) under
+// which a lease needs a majority of both sets; once a majority of both has
+// stored it, the final roster (Prev empty). Rosters are ordered by
+// (Version, Epoch): the epoch of the term that proposed the change breaks
+// the tie between two leaders' competing proposals. Voters refuse requests
+// under an older roster, so any two majorities ever used intersect.
 type Roster struct {
 	// ClusterID names the cluster; rosters of different clusters never mix.
 	ClusterID string `msgpack:"cluster" json:"cluster_id"`
-	// Version grows by one with every change.
+	// Version grows with every step of a change.
 	Version uint64 `msgpack:"version" json:"version"`
+	// Epoch is the term that proposed this roster (0 for a bootstrap).
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
 	// Voters, sorted by name.
 	Voters []Node `msgpack:"voters" json:"voters"`
+	// Prev is the old voter set of a joint roster, empty otherwise.
+	Prev []Node `msgpack:"prev,omitempty" json:"prev,omitempty"`
 }
 
 // Bootstrap returns version 1 of a roster of voters, with a cluster ID
@@ -51,21 +61,60 @@ func Bootstrap(voters []Node) Roster {
 // admitted).
 func (r Roster) IsZero() bool { return r.Version == 0 }
 
-// Majority is how many grants a lease needs: more than half the voters.
+// Majority is how many grants of Voters a lease needs: more than half.
 func (r Roster) Majority() int { return len(r.Voters)/2 + 1 }
 
-// Contains reports whether n is a voter of r.
-func (r Roster) Contains(n Node) bool { return slices.Contains(r.Voters, n) }
+// Joint reports whether r is the joint step of a change.
+func (r Roster) Joint() bool { return len(r.Prev) > 0 }
 
-// With returns the next version with n added.
-func (r Roster) With(n Node) Roster {
-	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Voters: sortedNodes(append(slices.Clone(r.Voters), n))}
+// Contains reports whether n is a voter of r (of either set of a joint
+// roster).
+func (r Roster) Contains(n Node) bool {
+	return slices.Contains(r.Voters, n) || slices.Contains(r.Prev, n)
 }
 
-// Without returns the next version with n removed.
-func (r Roster) Without(n Node) Roster {
-	vs := slices.DeleteFunc(slices.Clone(r.Voters), func(v Node) bool { return v == n })
-	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Voters: vs}
+// Members returns every voter of r: Voters and Prev together.
+func (r Roster) Members() []Node { return sortedNodes(append(slices.Clone(r.Voters), r.Prev...)) }
+
+// Satisfied reports whether the voters in granted make a majority under r:
+// of Voters, and of Prev too for a joint roster.
+func (r Roster) Satisfied(granted func(Node) bool) bool {
+	return majorityOf(r.Voters, granted) && (!r.Joint() || majorityOf(r.Prev, granted))
+}
+
+func majorityOf(set []Node, granted func(Node) bool) bool {
+	n := 0
+	for _, v := range set {
+		if granted(v) {
+			n++
+		}
+	}
+	return n >= len(set)/2+1
+}
+
+// Newer reports whether r supersedes o: a later version, or the same
+// version proposed in a later term.
+func (r Roster) Newer(o Roster) bool {
+	return r.Version > o.Version || (r.Version == o.Version && r.Epoch > o.Epoch)
+}
+
+// With returns the joint step of adding n, proposed in term epoch.
+func (r Roster) With(n Node, epoch uint64) Roster {
+	return r.joint(sortedNodes(append(slices.Clone(r.Voters), n)), epoch)
+}
+
+// Without returns the joint step of removing n, proposed in term epoch.
+func (r Roster) Without(n Node, epoch uint64) Roster {
+	return r.joint(slices.DeleteFunc(slices.Clone(r.Voters), func(v Node) bool { return v == n }), epoch)
+}
+
+func (r Roster) joint(voters []Node, epoch uint64) Roster {
+	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: voters, Prev: slices.Clone(r.Voters)}
+}
+
+// Final returns the final step of the joint roster r, in term epoch.
+func (r Roster) Final(epoch uint64) Roster {
+	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: slices.Clone(r.Voters)}
 }
 
 // Names returns the voters' names.
@@ -79,7 +128,12 @@ func (r Roster) Names() []string {
 
 // String formats r for logs.
 func (r Roster) String() string {
-	return fmt.Sprintf("%s v%d [%s]", r.ClusterID, r.Version, strings.Join(r.Names(), " "))
+	s := fmt.Sprintf("%s v%d [%s]", r.ClusterID, r.Version, strings.Join(r.Names(), " "))
+	if r.Joint() {
+		prev := Roster{Voters: r.Prev}
+		s += " joint with [" + strings.Join(prev.Names(), " ") + "]"
+	}
+	return s
 }
 
 func sortedNodes(ns []Node) []Node {

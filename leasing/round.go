@@ -43,7 +43,7 @@ func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, bud
 // Request returns the request this round sends.
 func (r *Round) Request(candidate Node, ttl time.Duration) Request {
 	return Request{Kind: r.Kind, Seq: r.Seq, Candidate: candidate, Epoch: r.Epoch, TTL: ttl,
-		ClusterID: r.Roster.ClusterID, RosterVersion: r.Roster.Version}
+		ClusterID: r.Roster.ClusterID, RosterVersion: r.Roster.Version, RosterEpoch: r.Roster.Epoch}
 }
 
 // Add records a reply. Replies to another round, from nodes outside the
@@ -63,13 +63,15 @@ func (r *Round) Add(rep Reply) {
 		r.maxWait = max(r.maxWait, rep.Remaining)
 	}
 	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
-		rep.Roster.Version > r.Roster.Version && (r.newer == nil || rep.Roster.Version > r.newer.Version) {
+		rep.Roster.Newer(r.Roster) && (r.newer == nil || rep.Roster.Newer(*r.newer)) {
 		r.newer = rep.Roster
 	}
 }
 
-// Won reports whether a majority granted.
-func (r *Round) Won() bool { return len(r.granted) >= r.Roster.Majority() }
+// Won reports whether a majority granted (of both sets of a joint roster).
+func (r *Round) Won() bool {
+	return r.Roster.Satisfied(func(n Node) bool { return r.granted[n.Name] })
+}
 
 // Lost reports whether the round can no longer be won: too many refusals, or
 // the budget is over at now.
@@ -77,17 +79,26 @@ func (r *Round) Lost(now time.Time) bool {
 	if r.Won() {
 		return false
 	}
-	pending := len(r.Roster.Voters) - len(r.replied)
-	return len(r.granted)+pending < r.Roster.Majority() || !now.Before(r.Budget)
+	possible := r.Roster.Satisfied(func(n Node) bool { return r.granted[n.Name] || !r.replied[n.Name] })
+	return !possible || !now.Before(r.Budget)
 }
 
-// Quorum returns the grants so far against the majority needed.
-func (r *Round) Quorum() Quorum { return Quorum{Have: len(r.granted), Need: r.Roster.Majority()} }
+// Quorum returns the grants so far among Voters against the majority
+// needed (for a joint roster, a majority of Prev is needed as well).
+func (r *Round) Quorum() Quorum {
+	have := 0
+	for _, v := range r.Roster.Voters {
+		if r.granted[v.Name] {
+			have++
+		}
+	}
+	return Quorum{Have: have, Need: r.Roster.Majority()}
+}
 
 // Granted returns the names of the voters that granted.
 func (r *Round) Granted() []string {
 	out := make([]string, 0, len(r.granted))
-	for _, v := range r.Roster.Voters {
+	for _, v := range r.Roster.Members() {
 		if r.granted[v.Name] {
 			out = append(out, v.Name)
 		}

@@ -75,7 +75,7 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonNotVoter, nil
 	case req.ClusterID != r.ClusterID:
 		return ReasonOtherCluster, nil
-	case req.RosterVersion < r.Version:
+	case r.Newer(Roster{Version: req.RosterVersion, Epoch: req.RosterEpoch}):
 		return ReasonStaleRoster, &r
 	case now.Before(v.started):
 		return ReasonRestarting, nil
@@ -83,9 +83,13 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonPromised, nil
 	}
 	if req.Kind == Renew {
-		if v.holder != req.Candidate || v.epoch != req.Epoch || !now.Before(v.expiry) {
-			return ReasonNotHolder, nil
-		}
+		// A renewal joins the leader's term: from the holder, or from a leader
+		// this voter has not promised (it missed the acquire, its promise ran
+		// out, or it granted a later epoch to a candidate that then failed),
+		// once it has promised nobody else (checked above). Renewals come
+		// only from a leader whose term already holds a majority, so this
+		// adds promises to that term and cannot make a second leader. The
+		// epoch rules apply to new terms: Acquire.
 		return "", nil
 	}
 	if req.Epoch <= v.store.Epoch() {

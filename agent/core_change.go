@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// rosterChange is a roster step the leader is committing.
+type rosterChange struct {
+	target leasing.Roster
+	acks   map[string]bool
+	budget time.Time
+}
+
+// Errors of force-leave.
+var (
+	errForceLeaveSelf    = errors.New("agent: force-leave: the leader cannot remove itself; stop it, or run force-leave on another node")
+	errForceLeaveUnknown = errors.New("agent: force-leave: no such voter in the roster")
+)
+
+// driveRoster makes a leader with a valid lease take the next roster step:
+// finish a joint roster, remove a voter that left (or was force-left), or
+// admit a live voter that is not in the roster. One step at a time.
+func (c *core) driveRoster(now time.Time) {
+	if !c.quorumMode() || !c.leaseValid(now) {
+		c.change = nil
+		return
+	}
+	if c.change != nil {
+		if !now.Before(c.change.budget) {
+			c.log.Warn("roster change not acknowledged in time; will retry", "roster", c.change.target.String())
+			c.change, c.changeRetry = nil, now.Add(c.cfg.Lease.RenewInterval())
+		}
+		return
+	}
+	if now.Before(c.changeRetry) {
+		return
+	}
+	if next, ok := c.nextRoster(); ok {
+		c.propose(now, next)
+		return
+	}
+	if !now.Before(c.pushAt) {
+		c.pushAt = now.Add(rosterFetchInterval)
+		c.pushRoster()
+	}
+}
+
+// nextRoster is the next step from the current roster, if any.
+func (c *core) nextRoster() (leasing.Roster, bool) {
+	r, term := c.roster(), c.lease.epoch
+	if r.Joint() {
+		return r.Final(term), true
+	}
+	for name := range c.forced {
+		if !rosterHas(r, name) {
+			delete(c.forced, name) // done
+		}
+	}
+	for _, v := range r.Voters {
+		if (c.left[v.Name] || c.forced[v.Name]) && len(r.Voters) > 1 && toBully(v) != c.cfg.Self {
+			return r.Without(v, term), true
+		}
+	}
+	for _, name := range sortedNames(c.live) {
+		mv := c.live[name]
+		if mv.Voter && !r.Contains(toLeasing(mv.Node)) && (mv.Cluster == "" || mv.Cluster == r.ClusterID) && !c.forced[name] {
+			return r.With(toLeasing(mv.Node), term), true
+		}
+	}
+	return leasing.Roster{}, false
+}
+
+// propose stores a step locally, then sends it to every voter of both sets.
+func (c *core) propose(now time.Time, next leasing.Roster) {
+	if err := c.rosters.Save(next); err != nil {
+		c.failed = err
+		return
+	}
+	c.log.Info("roster change proposed", "roster", next.String())
+	c.change = &rosterChange{target: next, acks: map[string]bool{}, budget: now.Add(2 * c.cfg.Lease.AcquireBudget)}
+	u := rosterUpdate{From: c.cfg.Self, Term: c.lease.epoch, Roster: next}
+	for _, v := range next.Members() {
+		if toBully(v) == c.cfg.Self {
+			c.change.acks[v.Name] = true
+			continue
+		}
+		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{RosterUpdate: &u}})
+	}
+	c.checkCommitted(now)
+}
+
+// onRosterAck counts an acknowledgement of the step in flight.
+func (c *core) onRosterAck(now time.Time, a rosterAck) {
+	ch := c.change
+	if ch == nil || a.Version != ch.target.Version || a.Epoch != ch.target.Epoch {
+		return
+	}
+	if !a.OK {
+		c.log.Debug("roster change refused", "by", a.From.Name, "reason", a.Reason)
+		return
+	}
+	ch.acks[a.From.Name] = true
+	c.checkCommitted(now)
+}
+
+// checkCommitted ends the step once a majority of both sets stored it, and
+// tells every live member of the final roster.
+func (c *core) checkCommitted(now time.Time) {
+	ch := c.change
+	if ch == nil || !ch.target.Satisfied(func(n leasing.Node) bool { return ch.acks[n.Name] }) {
+		return
+	}
+	c.change = nil
+	c.log.Info("roster change committed", "roster", ch.target.String())
+	if !ch.target.Joint() {
+		c.pushRoster()
+	}
+}
+
+// pushRoster sends the roster to live members that advertise an older one,
+// so observers and lagging nodes learn it.
+func (c *core) pushRoster() {
+	r := c.roster()
+	u := rosterUpdate{From: c.cfg.Self, Term: c.lease.epoch, Roster: r}
+	for _, name := range sortedNames(c.live) {
+		mv := c.live[name]
+		if mv.Node != c.cfg.Self && mv.RosterVersion < r.Version {
+			c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterUpdate: &u}})
+		}
+	}
+}
+
+// onRosterUpdate stores a roster step from a leader. A voter of the current
+// roster accepts steps only from the node it has promised its lease to, so a
+// deposed leader cannot change the roster; a node outside the roster (an
+// observer, or a voter being admitted) accepts any newer step of its cluster.
+func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
+	ack := rosterAck{From: c.cfg.Self, Version: u.Roster.Version, Epoch: u.Roster.Epoch}
+	cur := c.roster()
+	switch {
+	case cur.ClusterID != "" && u.Roster.ClusterID != cur.ClusterID:
+		ack.Reason = "other cluster"
+	case !u.Roster.Newer(cur) && (u.Roster.Version != cur.Version || u.Roster.Epoch != cur.Epoch):
+		ack.Reason = "stale roster"
+	case !u.Roster.Newer(cur):
+		ack.OK = true // already stored
+	case cur.Contains(toLeasing(c.cfg.Self)) && c.grants != nil && !c.grants.HoldsPromiseFor(now, toLeasing(u.From)):
+		ack.Reason = "not from the lease holder"
+	default:
+		if err := c.rosters.Save(u.Roster); err != nil {
+			c.failed = err
+			ack.Reason = "storage error"
+			return ack
+		}
+		c.log.Info("stored roster", "roster", u.Roster.String(), "from", u.From.Name)
+		ack.OK = true
+	}
+	return ack
+}
+
+// adoptNewer stores a newer roster of this cluster reported by a voter's
+// refusal, so this node campaigns under it next time.
+func (c *core) adoptNewer(r leasing.Roster) {
+	cur := c.roster()
+	if r.ClusterID != cur.ClusterID || !r.Newer(cur) {
+		return
+	}
+	if err := c.rosters.Save(r); err != nil {
+		c.failed = err
+		return
+	}
+	c.log.Info("learned a newer roster", "roster", r.String())
+}
+
+// forceLeave asks this node, as leader, to remove a voter that will not
+// come back. It returns the leader to ask instead when this node does not
+// lead (zero when none is known).
+func (c *core) forceLeave(now time.Time, name string) (bully.Node, error) {
+	if !c.leaseValid(now) {
+		return c.m.Status().Leader, fmt.Errorf("agent: force-leave: %w", errNotLeaderHere)
+	}
+	if name == c.cfg.Self.Name {
+		return bully.Node{}, errForceLeaveSelf
+	}
+	if !rosterHas(c.roster(), name) {
+		return bully.Node{}, fmt.Errorf("%w: %q", errForceLeaveUnknown, name)
+	}
+	c.forced[name] = true
+	c.log.Info("force-leave requested", "voter", name)
+	return bully.Node{}, nil
+}
+
+var errNotLeaderHere = errors.New("this node does not lead")
+
+func rosterHas(r leasing.Roster, name string) bool {
+	for _, v := range r.Members() {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
