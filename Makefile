@@ -25,6 +25,7 @@ check:
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME) ./internal/wire
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEpoch$$' -fuzztime=$(FUZZTIME) ./leasing
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFence$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzServerFrame$$' -fuzztime=$(FUZZTIME) ./rpc
 
 # A longer fuzz run: make fuzz FUZZTIME=10m

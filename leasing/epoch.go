@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/fsutil"
 	"io"
 	"io/fs"
 	"os"
@@ -81,7 +82,7 @@ func (s *EpochStore) Raise(epoch uint64) error {
 	if epoch <= s.epoch {
 		return nil
 	}
-	if err := writeFileAtomic(s.path, s.format.encode(epoch), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(s.path, s.format.encode(epoch), 0o600); err != nil {
 		return fmt.Errorf("leasing: store epoch %d: %w", epoch, err)
 	}
 	s.epoch = epoch

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/fsutil"
 	"io/fs"
 	"slices"
 	"sort"
@@ -185,7 +186,7 @@ func (s *RosterStore) Save(r Roster) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.path, data, 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(s.path, data, 0o600); err != nil {
 		return fmt.Errorf("leasing: store roster v%d: %w", r.Version, err)
 	}
 	s.roster = r

@@ -1,4 +1,5 @@
-package leasing
+// Package fsutil holds the one way tenure replaces a file durably.
+package fsutil
 
 import (
 	"fmt"
@@ -6,11 +7,11 @@ import (
 	"path/filepath"
 )
 
-// writeFileAtomic replaces path with data so that a crash at any point leaves
+// WriteFileAtomic replaces path with data so that a crash at any point leaves
 // either the old content or the new, never a mix: write a temporary file in
 // the same directory, fsync it, rename it over path, and fsync the directory
 // so the rename itself is durable.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
