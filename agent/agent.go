@@ -9,8 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/tenurehq/tenure/agent/hooks"
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
 	"github.com/tenurehq/tenure/leasing"
@@ -29,6 +33,7 @@ type Agent struct {
 	peers   *gossip.Transport
 	members *gossip.Membership
 	server  *rpc.Server
+	hooks   *hooks.Runner
 
 	// inbox carries work for the driver goroutine, the only one that
 	// touches core.
@@ -38,6 +43,10 @@ type Agent struct {
 
 	mu   sync.Mutex
 	snap snapshot
+
+	// isolated cuts this agent's peer messages both ways while gossip goes
+	// on: in-process fault injection for tests of a partitioned leader.
+	isolated atomic.Bool
 
 	ctx      context.Context // cancelled by Shutdown and Halt
 	cancel   context.CancelFunc
@@ -77,6 +86,9 @@ func (a *Agent) start() error {
 		return err
 	}
 	if err := a.startCore(); err != nil {
+		return err
+	}
+	if err := a.startHooks(); err != nil {
 		return err
 	}
 	if err := a.startPeers(); err != nil {
@@ -136,6 +148,33 @@ func (a *Agent) startCore() error {
 	a.core = c
 	a.snap = a.core.snapshot(a.cfg.Clock.Now())
 	return nil
+}
+
+func (a *Agent) startHooks() error {
+	r, err := hooks.NewRunner(hooks.Config{
+		Hooks:   a.cfg.Hooks,
+		Timeout: a.cfg.HookTimeout,
+		Logger:  a.log,
+		Env:     hookEnv(os.Environ()),
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.hooks = r
+	return nil
+}
+
+// hookEnv is the agent's environment without its own TENURE_ settings
+// (which may hold secrets such as the cluster key); hooks get their own
+// TENURE_ variables for each event.
+func hookEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TENURE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (a *Agent) startPeers() error {
@@ -217,15 +256,34 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("agent: leave: %w", err))
 		}
 	}
-	errs = append(errs, a.stop())
+	hctx, cancel := context.WithTimeout(context.Background(), hooksGrace)
+	defer cancel()
+	errs = append(errs, a.stop(hctx))
 	return errors.Join(errs...)
 }
 
 // Halt stops the agent at once, without resigning or leaving: to the others
 // it looks like a crash. For tests and for embedding code that must stop now.
-func (a *Agent) Halt() { _ = a.stop() }
+func (a *Agent) Halt() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no time for hooks: running ones are killed
+	_ = a.stop(ctx)
+}
 
-func (a *Agent) stop() error {
+// hooksGrace is how long a graceful shutdown lets queued hook runs (such as
+// the lost-leadership of its own resign) finish.
+const hooksGrace = 10 * time.Second
+
+func (a *Agent) closeHooks(ctx context.Context) error {
+	if err := a.hooks.Close(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("agent: hooks: %w", err)
+	}
+	return nil
+}
+
+// stop stops everything; hooksCtx bounds how long queued hook runs may
+// still finish.
+func (a *Agent) stop(hooksCtx context.Context) error {
 	var errs []error
 	a.stopOnce.Do(func() {
 		if a.server != nil {
@@ -242,8 +300,37 @@ func (a *Agent) stop() error {
 		if a.peers != nil {
 			errs = append(errs, a.peers.Close())
 		}
+		if a.hooks != nil {
+			errs = append(errs, a.closeHooks(hooksCtx))
+		}
 		a.events.close()
 		a.log.Info("agent stopped")
 	})
 	return errors.Join(errs...)
+}
+
+// Freeze stops this agent's driver until the returned resume is called,
+// the way a long GC pause or a stopped VM freezes a process: no ticks, no
+// renewals, no answers to peers (they time out), while gossip and the local
+// socket keep running. The lease still ends on this node's clock, so Status
+// reports it no longer leads once the deadline has passed. For tests and
+// the demo.
+func (a *Agent) Freeze() (resume func()) {
+	release := make(chan struct{})
+	frozen := make(chan struct{})
+	go func() {
+		_ = a.do(context.Background(), func() {
+			close(frozen)
+			select {
+			case <-release:
+			case <-a.ctx.Done():
+			}
+		})
+	}()
+	select {
+	case <-frozen:
+	case <-a.ctx.Done():
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(release) }) }
 }

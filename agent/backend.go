@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
@@ -71,4 +72,77 @@ func (a *Agent) Resign(ctx context.Context) error {
 		return rpc.ErrNotLeader
 	}
 	return err
+}
+
+func (b backend) Check(ctx context.Context, epoch uint64) (rpc.CheckResult, error) {
+	return b.a.Check(epoch), nil
+}
+
+func (b backend) ForceLeave(ctx context.Context, name string) error { return b.a.ForceLeave(ctx, name) }
+
+// Check reports whether epoch is the term this node leads right now with a
+// valid lease.
+func (a *Agent) Check(epoch uint64) rpc.CheckResult {
+	st := a.Status()
+	res := rpc.CheckResult{IsLeader: st.IsLeader, LeaseRemainingMS: st.LeaseRemainingMS}
+	if st.Leader != nil {
+		res.Epoch = st.Leader.Epoch
+	}
+	res.Current = st.IsLeader && res.Epoch == epoch
+	return res
+}
+
+// ForceLeave removes the voter name from the roster: this node does it when
+// it leads, else it forwards the request to the leader it knows. Errors wrap
+// rpc.ErrNoLeader, rpc.ErrNotFound or rpc.ErrBadRequest.
+func (a *Agent) ForceLeave(ctx context.Context, name string) error {
+	var leader bully.Node
+	var err error
+	if derr := a.do(ctx, func() {
+		leader, err = a.core.forceLeave(a.cfg.Clock.Now(), name)
+		a.flush()
+	}); derr != nil {
+		return derr
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errForceLeaveUnknown):
+		return fmt.Errorf("%w: %v", rpc.ErrNotFound, err)
+	case errors.Is(err, errForceLeaveSelf):
+		return fmt.Errorf("%w: %v", rpc.ErrBadRequest, err)
+	case leader.IsZero() || leader == a.self():
+		return fmt.Errorf("%w: cannot force-leave %q now", rpc.ErrNoLeader, name)
+	}
+	return a.forwardForceLeave(ctx, leader, name)
+}
+
+func (a *Agent) forwardForceLeave(ctx context.Context, leader bully.Node, name string) error {
+	addr, ok := a.peerAddr(leader)
+	if !ok {
+		return fmt.Errorf("%w: no address for leader %s", rpc.ErrNoLeader, leader.Name)
+	}
+	body, err := encodeEnvelope(envelope{ForceLeave: name})
+	if err != nil {
+		return err
+	}
+	resp, err := a.peers.Call(ctx, addr, body)
+	if err != nil {
+		return fmt.Errorf("agent: force-leave via leader %s: %w", leader.Name, err)
+	}
+	env, err := decodeEnvelope(resp)
+	if err != nil || env.ForceLeaveReply == nil {
+		return fmt.Errorf("agent: force-leave via leader %s: bad reply (%v)", leader.Name, err)
+	}
+	r := env.ForceLeaveReply
+	switch r.Code {
+	case "":
+		return nil
+	case "not_found":
+		return fmt.Errorf("%w: %s", rpc.ErrNotFound, r.Error)
+	case "not_leader":
+		return fmt.Errorf("%w: %s no longer leads; try again", rpc.ErrNoLeader, leader.Name)
+	default:
+		return fmt.Errorf("%w: %s", rpc.ErrBadRequest, r.Error)
+	}
 }

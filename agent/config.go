@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tenurehq/tenure/agent/hooks"
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
 	"github.com/tenurehq/tenure/leasing"
@@ -89,6 +90,10 @@ type Config struct {
 	// Election overrides the election timings of Profile; only its duration
 	// fields are used.
 	Election *bully.Config
+	// Hooks run commands on events (see package hooks).
+	Hooks []hooks.Hook
+	// HookTimeout bounds each hook run. Default hooks.DefaultTimeout (30s).
+	HookTimeout time.Duration
 	// TickInterval is how often the election timers are checked. Default
 	// 50ms (LAN) or 20ms (Local).
 	TickInterval time.Duration
@@ -174,6 +179,9 @@ func (c Config) Validate() error {
 	}
 	if c.SocketPath == "" || c.DataDir == "" {
 		return errors.New("agent: config: socket path and data dir must be set")
+	}
+	if c.HookTimeout < 0 {
+		return fmt.Errorf("agent: config: hook timeout %v is negative", c.HookTimeout)
 	}
 	if c.TickInterval < 0 {
 		return fmt.Errorf("agent: config: tick interval %v is negative", c.TickInterval)

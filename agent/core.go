@@ -206,6 +206,8 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		reply = &envelope{RosterAck: &ack}
 	case env.RosterAck != nil:
 		c.onRosterAck(now, *env.RosterAck)
+	case env.ForceLeave != "":
+		reply = &envelope{ForceLeaveReply: c.forceLeaveReply(now, env.ForceLeave)}
 	case env.FloorQuery:
 		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch()}}
 	case env.Floor != nil:

@@ -205,3 +205,18 @@ func rosterHas(r leasing.Roster, name string) bool {
 	}
 	return false
 }
+
+// forceLeaveReply answers a force-leave forwarded by another node.
+func (c *core) forceLeaveReply(now time.Time, name string) *forceLeaveReply {
+	_, err := c.forceLeave(now, name)
+	switch {
+	case err == nil:
+		return &forceLeaveReply{}
+	case errors.Is(err, errNotLeaderHere):
+		return &forceLeaveReply{Code: "not_leader", Error: err.Error()}
+	case errors.Is(err, errForceLeaveUnknown):
+		return &forceLeaveReply{Code: "not_found", Error: err.Error()}
+	default:
+		return &forceLeaveReply{Code: "self", Error: err.Error()}
+	}
+}

@@ -55,8 +55,10 @@ type floorReply struct {
 	Granted uint64     `msgpack:"granted"`
 }
 
-// forceLeaveReply answers a ForceLeave.
+// forceLeaveReply answers a ForceLeave: Code is "" on success, else one of
+// "not_leader", "not_found", "self", with a message in Error.
 type forceLeaveReply struct {
+	Code  string `msgpack:"code,omitempty"`
 	Error string `msgpack:"error,omitempty"`
 }
 

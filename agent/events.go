@@ -92,7 +92,7 @@ func (a *Agent) publishMember(ev gossip.Event) {
 	a.log.Info("membership", "event", name, "member", ev.Member.Name, "addr", ev.Member.Addr)
 	st := a.Status()
 	m := a.rpcMember(ev.Member, st.Leader)
-	a.events.publish(rpc.Event{
+	a.publish(rpc.Event{
 		Time:   time.Now().UTC().Format(time.RFC3339Nano),
 		Event:  name,
 		Leader: st.Leader,

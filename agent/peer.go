@@ -13,11 +13,17 @@ import (
 // sendTimeout bounds one outbound peer message.
 const sendTimeout = 2 * time.Second
 
-var errStopped = errors.New("agent: stopped")
+var (
+	errStopped  = errors.New("agent: stopped")
+	errIsolated = errors.New("agent: isolated (fault injection)")
+)
 
 // handlePeer serves one peer request: the driver hands it to the core and
 // returns the core's reply, if any.
 func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
+	if a.isolated.Load() {
+		return nil, errIsolated
+	}
 	env, err := decodeEnvelope(req)
 	if err != nil {
 		return nil, err
@@ -42,6 +48,9 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 // send delivers msg in the background; a reply is fed back to the core.
 // Lost messages are tolerated by the protocol, so failures are only logged.
 func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
+	if a.isolated.Load() {
+		return
+	}
 	addr, ok := a.peerAddr(msg.to)
 	if !ok {
 		a.log.Debug("no peer address", "to", msg.to.Name)

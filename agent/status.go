@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/tenurehq/tenure/agent/hooks"
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
@@ -89,12 +90,19 @@ func (a *Agent) publishStatus(now time.Time) {
 }
 
 func (a *Agent) emit(event, node string, leader bully.Node, term uint64) {
-	a.events.publish(rpc.Event{
+	a.publish(rpc.Event{
 		Time:   time.Now().UTC().Format(time.RFC3339Nano),
 		Event:  event,
 		Leader: leaderInfo(leader, term),
 		Node:   node,
 	})
+}
+
+// publish sends an event to watchers and hooks. It runs on the driver
+// goroutine, so events keep their order.
+func (a *Agent) publish(ev rpc.Event) {
+	a.events.publish(ev)
+	a.hooks.Dispatch(hooks.FromRPC(ev, a.cfg.Name, a.cfg.ID))
 }
 
 func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {

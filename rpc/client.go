@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vmihailenco/msgpack/v5"
 	"io"
 	"io/fs"
 	"net"
@@ -96,6 +97,21 @@ func (c *Client) Resign(ctx context.Context) error {
 	return c.call(ctx, OpResign, nil)
 }
 
+// Check asks whether epoch is the live term on this node: CheckResult.Current
+// is true only when this node leads that term with a valid lease. A leader
+// verifies with it before acting; a resource should still check the token.
+func (c *Client) Check(ctx context.Context, epoch uint64) (CheckResult, error) {
+	var res CheckResult
+	err := c.callWith(ctx, OpCheck, CheckRequest{Epoch: epoch}, &res)
+	return res, err
+}
+
+// ForceLeave asks the leader, through this node, to remove the voter name
+// from the roster; for voters that will not come back.
+func (c *Client) ForceLeave(ctx context.Context, name string) error {
+	return c.callWith(ctx, OpForceLeave, ForceLeaveRequest{Name: name}, nil)
+}
+
 // Close closes the connection; calls in flight fail. It is idempotent.
 // Watchers opened by the Client are independent and need their own Close.
 func (c *Client) Close() error {
@@ -112,6 +128,20 @@ func (c *Client) Close() error {
 // call sends op with no body and decodes the response body into out (unless
 // out is nil).
 func (c *Client) call(ctx context.Context, op string, out any) error {
+	return c.callWith(ctx, op, nil, out)
+}
+
+// callWith sends op with the request body in (nil for none) and decodes the
+// response body into out (nil to ignore it).
+func (c *Client) callWith(ctx context.Context, op string, in, out any) error {
+	var body msgpack.RawMessage
+	if in != nil {
+		b, err := wire.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("rpc: %s: %w", op, err)
+		}
+		body = b
+	}
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
 	cc, err := c.conn(ctx)
@@ -119,7 +149,7 @@ func (c *Client) call(ctx context.Context, op string, out any) error {
 		return err
 	}
 	c.seq++
-	resp, err := cc.roundTrip(ctx, Request{Seq: c.seq, Op: op})
+	resp, err := cc.roundTrip(ctx, Request{Seq: c.seq, Op: op, Body: body})
 	if cc.broken {
 		c.drop(cc)
 	}

@@ -246,3 +246,31 @@ func TestServerCloseDuringCall(t *testing.T) {
 		t.Fatalf("Status during Close = %v, want ErrShuttingDown", err)
 	}
 }
+
+func TestCheckAndForceLeave(t *testing.T) {
+	fb := newFakeBackend()
+	fb.set(func(f *fakeBackend) {
+		f.status.IsLeader = true
+		f.status.Epoch = 7
+		f.status.Leader = &LeaderInfo{Node: "n1", ID: 1, Epoch: 7}
+	})
+	srv := startServer(t, fb, nil)
+	cl := dialT(t, srv.Path())
+	ctx := testCtx(t)
+	res, err := cl.Check(ctx, 7)
+	if err != nil || !res.Current || !res.IsLeader {
+		t.Fatalf("check 7 = %+v, %v; want current", res, err)
+	}
+	if res, err := cl.Check(ctx, 6); err != nil || res.Current {
+		t.Fatalf("check 6 = %+v, %v; want not current", res, err)
+	}
+	if err := cl.ForceLeave(ctx, "gone"); err != nil {
+		t.Fatalf("force-leave gone: %v", err)
+	}
+	if err := cl.ForceLeave(ctx, "n9"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("force-leave n9 = %v, want ErrNotFound", err)
+	}
+	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("force-leave \"\" = %v, want ErrBadRequest", err)
+	}
+}

@@ -17,6 +17,7 @@ const (
 	CodeShuttingDown       = "shutting_down"
 	CodeInternal           = "internal"
 	CodeBusy               = "too_many_connections"
+	CodeNotFound           = "not_found"
 )
 
 // Sentinel errors. Errors returned by the Client wrap one of them when the
@@ -42,6 +43,8 @@ var (
 	ErrInternal = errors.New("rpc: internal agent error")
 	// ErrBusy: the agent serves too many connections already.
 	ErrBusy = errors.New("rpc: too many connections")
+	// ErrNotFound: the named thing (such as a voter) does not exist.
+	ErrNotFound = errors.New("rpc: not found")
 	// ErrAgentUnreachable: nothing answers at the socket path. Returned by
 	// Dial (and by calls that must reconnect); never sent on the wire.
 	ErrAgentUnreachable = errors.New("rpc: agent unreachable")
@@ -51,7 +54,7 @@ var (
 // server tries them when it maps a Backend error to a code.
 func knownCodes() []string {
 	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeBadRequest,
-		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy}
+		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound}
 }
 
 // sentinel returns the sentinel error for code, or nil for an unknown code.
@@ -75,6 +78,8 @@ func sentinel(code string) error {
 		return ErrInternal
 	case CodeBusy:
 		return ErrBusy
+	case CodeNotFound:
+		return ErrNotFound
 	}
 	return nil
 }

@@ -94,6 +94,20 @@ func (f *fakeBackend) Resign(context.Context) error {
 	return f.resignErr
 }
 
+func (f *fakeBackend) Check(_ context.Context, epoch uint64) (CheckResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	leads := f.status.IsLeader && f.status.Leader != nil
+	return CheckResult{Current: leads && f.status.Leader.Epoch == epoch, IsLeader: leads, Epoch: f.status.Epoch}, nil
+}
+
+func (f *fakeBackend) ForceLeave(_ context.Context, name string) error {
+	if name != "gone" {
+		return fmt.Errorf("agent: force-leave: %w: %q", ErrNotFound, name)
+	}
+	return nil
+}
+
 func (f *fakeBackend) set(fn func(f *fakeBackend)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -28,6 +28,40 @@ func unary(op string) unaryHandler {
 		return opMembers
 	case OpResign:
 		return opResign
+	case OpCheck:
+		return opCheck
+	case OpForceLeave:
+		return opForceLeave
+	}
+	return nil
+}
+
+func opCheck(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req CheckRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	return b.Check(ctx, req.Epoch)
+}
+
+func opForceLeave(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req ForceLeaveRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Name == "" {
+		return nil, fmt.Errorf("%w: force-leave needs a node name", ErrBadRequest)
+	}
+	return nil, b.ForceLeave(ctx, req.Name)
+}
+
+// decodeBody decodes a request body, which the op requires.
+func decodeBody(body msgpack.RawMessage, v any) error {
+	if len(body) == 0 {
+		return fmt.Errorf("%w: missing request body", ErrBadRequest)
+	}
+	if err := wire.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	return nil
 }

@@ -36,6 +36,14 @@ const (
 	// OpWatch turns the connection into a stream of Events, starting with the
 	// current state. No request body.
 	OpWatch = "watch"
+	// OpCheck asks whether an epoch is the live term on this node, and how
+	// much lease remains. Request body: CheckRequest; response: CheckResult.
+	OpCheck = "check"
+	// OpForceLeave asks the leader (this node forwards it) to remove a voter
+	// that will not come back from the roster. Request body:
+	// ForceLeaveRequest; no response body. Fails with no_leader when no
+	// leader is known, not_found when the roster has no such voter.
+	OpForceLeave = "force-leave"
 )
 
 // Hello is the first frame a client sends.

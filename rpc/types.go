@@ -149,4 +149,34 @@ type Backend interface {
 	// ServerConfig.WriteTimeout on a slow client, so a Backend must not let
 	// one subscriber hold up the others (buffer, or coalesce).
 	Watch(ctx context.Context) (events <-chan Event, cancel func(), err error)
+	// Check answers whether epoch is this node's live term.
+	Check(ctx context.Context, epoch uint64) (CheckResult, error)
+	// ForceLeave removes a voter from the roster through the leader.
+	ForceLeave(ctx context.Context, name string) error
+}
+
+// CheckRequest is the body of OpCheck.
+type CheckRequest struct {
+	// Epoch is the term the caller believes it acts in.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+}
+
+// CheckResult answers OpCheck.
+type CheckResult struct {
+	// Current is true when Epoch is the term this node leads right now,
+	// with a valid lease: the caller may act as leader with that token.
+	Current bool `msgpack:"current" json:"current"`
+	// IsLeader reports whether this node leads now (in any term).
+	IsLeader bool `msgpack:"is_leader" json:"is_leader"`
+	// Epoch is the epoch of the term this node knows of (0 when none).
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+	// LeaseRemainingMS is how long this node's lease still runs, in
+	// milliseconds (0 when it does not lead, or in available mode).
+	LeaseRemainingMS int64 `msgpack:"lease_remaining_ms" json:"lease_remaining_ms"`
+}
+
+// ForceLeaveRequest is the body of OpForceLeave.
+type ForceLeaveRequest struct {
+	// Name is the voter's node name.
+	Name string `msgpack:"name" json:"name"`
 }

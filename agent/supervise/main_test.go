@@ -73,6 +73,12 @@ func (f *fakeAgent) Members(context.Context) ([]rpc.Member, error) { return []rp
 
 func (f *fakeAgent) Resign(context.Context) error { return rpc.ErrNotLeader }
 
+func (f *fakeAgent) Check(context.Context, uint64) (rpc.CheckResult, error) {
+	return rpc.CheckResult{}, nil
+}
+
+func (f *fakeAgent) ForceLeave(context.Context, string) error { return rpc.ErrNotLeader }
+
 // Watch sends the current leader first, as the agent does, then whatever
 // the test publishes.
 func (f *fakeAgent) Watch(context.Context) (<-chan rpc.Event, func(), error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tenurehq/tenure/agent"
+	"github.com/tenurehq/tenure/agent/hooks"
 )
 
 // shutdownTimeout bounds the goodbyes (resign, leave) of a stopping agent.
@@ -44,6 +45,8 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
 			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node grants leases (quorum mode)", EnvVars: env("voter")},
 			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
+			&cli.GenericFlag{Name: "hook", Value: &hookList{}, Usage: "run `EVENT=COMMAND` on events (repeatable; EVENT may be a,b or *)", EnvVars: env("hook")},
+			&cli.DurationFlag{Name: "hook-timeout", Value: hooks.DefaultTimeout, Usage: "bound on each hook run; then its process group is stopped", EnvVars: env("hook-timeout")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
 		},
@@ -97,6 +100,8 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.Profile = agent.Profile(c.String("timing"))
 	cfg.Logger = logger
 	cfg.Version = version
+	cfg.Hooks = c.Generic("hook").(*hookList).hooks
+	cfg.HookTimeout = c.Duration("hook-timeout")
 	return cfg, cfg.Validate()
 }
 
@@ -110,4 +115,27 @@ func newLogger(level string, asJSON bool) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+}
+
+// hookList collects repeated --hook values as written: commas belong to
+// the EVENT list or the command, never split a value.
+type hookList struct{ hooks []hooks.Hook }
+
+// Set parses one --hook value.
+func (l *hookList) Set(v string) error {
+	h, err := hooks.ParseHook(v)
+	if err != nil {
+		return err
+	}
+	l.hooks = append(l.hooks, h)
+	return nil
+}
+
+// String lists the hooks for --help.
+func (l *hookList) String() string {
+	var parts []string
+	for _, h := range l.hooks {
+		parts = append(parts, strings.Join(h.Events, ",")+"="+h.Command)
+	}
+	return strings.Join(parts, " ")
 }

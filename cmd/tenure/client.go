@@ -111,8 +111,13 @@ func leaderCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "leader",
 		Usage: "print the current leader; exit 1 when none is known",
-		Flags: []cli.Flag{socketFlag(), jsonFlag()},
+		Flags: []cli.Flag{socketFlag(), jsonFlag(),
+			&cli.Uint64Flag{Name: "check", Usage: "exit 0 only if `EPOCH` is the live term and this node leads it"},
+		},
 		Action: func(c *cli.Context) error {
+			if c.IsSet("check") {
+				return checkEpoch(c, c.Uint64("check"))
+			}
 			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
 				l, err := cl.Leader(ctx)
 				if errors.Is(err, rpc.ErrNoLeader) {
@@ -129,6 +134,33 @@ func leaderCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// checkEpoch is `tenure leader --check EPOCH`: exit 0 only if this node
+// leads term EPOCH with a valid lease.
+func checkEpoch(c *cli.Context, epoch uint64) error {
+	return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+		res, err := cl.Check(ctx, epoch)
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			if err := printJSON(c.App.Writer, res); err != nil {
+				return err
+			}
+		}
+		switch {
+		case res.Current:
+			if !c.Bool("json") {
+				fmt.Fprintf(c.App.Writer, "epoch %d is current: this node leads, lease %v remaining\n", epoch, time.Duration(res.LeaseRemainingMS)*time.Millisecond)
+			}
+			return nil
+		case res.IsLeader:
+			return fail(1, "epoch %d is not current: this node leads epoch %d", epoch, res.Epoch)
+		default:
+			return fail(1, "epoch %d is not current: this node does not lead", epoch)
+		}
+	})
 }
 
 func membersCommand() *cli.Command {

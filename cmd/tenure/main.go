@@ -40,6 +40,8 @@ func newApp() *cli.App {
 			membersCommand(),
 			watchCommand(),
 			resignCommand(),
+			runCommand(),
+			forceLeaveCommand(),
 			versionCommand(),
 		},
 		HideVersion:          false,

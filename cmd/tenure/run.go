@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tenurehq/tenure/agent/supervise"
+	"github.com/tenurehq/tenure/rpc"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a command only while the local agent leads; stop it (and its children) before the lease can end",
+		ArgsUsage: "-- CMD [ARGS...]",
+		Flags: []cli.Flag{
+			socketFlag(),
+			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the lease margin kept before the deadline", EnvVars: env("grace")},
+			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
+			&cli.BoolFlag{Name: "once", Usage: "exit when CMD exits while leading, with its exit code"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		},
+		Action: runSupervised,
+	}
+}
+
+func runSupervised(c *cli.Context) error {
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return fail(2, "tenure run: no command given (usage: tenure run [--grace 5s] -- CMD ARGS...)")
+	}
+	if c.Bool("shell") && len(args) != 1 {
+		return fail(2, "tenure run --shell: give the script as one quoted argument")
+	}
+	logger, err := newLogger(c.String("log-level"), false)
+	if err != nil {
+		return fail(2, "tenure run: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code, err := supervise.Run(ctx, supervise.Config{
+		Socket:  c.String("socket"),
+		Command: args,
+		Shell:   c.Bool("shell"),
+		Grace:   c.Duration("grace"),
+		Once:    c.Bool("once"),
+		Logger:  logger,
+	})
+	if err != nil {
+		if code == 0 {
+			code = 1
+		}
+		return fail(code, "tenure run: %v", err)
+	}
+	if code != 0 {
+		return fail(code, "")
+	}
+	return nil
+}
+
+func forceLeaveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "force-leave",
+		Usage:     "remove a voter that will not come back from the roster (through the leader)",
+		ArgsUsage: "NAME",
+		Flags:     []cli.Flag{socketFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fail(2, "tenure force-leave: give exactly one node name")
+			}
+			name := c.Args().First()
+			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+				if err := cl.ForceLeave(ctx, name); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "removal of %s requested; the leader removes it from the roster\n", name)
+				return nil
+			})
+		},
+	}
+}
