@@ -138,3 +138,12 @@ func TestStartRefusesCorruptEpoch(t *testing.T) {
 		t.Fatalf("start = %v, want a corrupt-epoch error", err)
 	}
 }
+
+func TestDefaultClockAdvances(t *testing.T) {
+	c := DefaultClock()
+	a := c.Now()
+	time.Sleep(10 * time.Millisecond)
+	if d := c.Now().Sub(a); d < 10*time.Millisecond || d > time.Second {
+		t.Fatalf("clock advanced %v over a 10ms sleep", d)
+	}
+}

@@ -9,7 +9,8 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock reads the system's monotonic clock through time.Now.
+// SystemClock reads Go's monotonic clock through time.Now. On Linux that
+// clock stops while the machine is suspended; DefaultClock does not.
 type SystemClock struct{}
 
 // Now returns the current instant.

@@ -99,7 +99,8 @@ type Config struct {
 	TickInterval time.Duration
 	// Logger receives the agent's logs. Default: discard.
 	Logger *slog.Logger
-	// Clock is the agent's time source. Default: the system's monotonic clock.
+	// Clock is the agent's time source. Default: DefaultClock() (on Linux,
+	// CLOCK_BOOTTIME, so time suspended counts against a lease).
 	Clock Clock
 	// Version is reported in the socket handshake.
 	Version string
@@ -198,7 +199,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = DefaultClock()
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = map[Profile]time.Duration{LAN: 50 * time.Millisecond, Local: 20 * time.Millisecond}[c.Profile]
