@@ -147,6 +147,36 @@ func TestStatusLeaderMembersThroughTheBinary(t *testing.T) {
 	if !strings.Contains(out, "leader,voter") || strings.Count(out, "alive") != 3 {
 		t.Fatalf("members table:\n%s", out)
 	}
+	checkCommands(t, socks)
+}
+
+// checkCommands exercises leader --check and force-leave on a running
+// cluster whose leader is n3 (socks[2]).
+func checkCommands(t *testing.T, socks []string) {
+	out, _, _ := tenure(t, "status", "--json", "--socket", socks[2])
+	var st struct {
+		Epoch  uint64 `json:"epoch"`
+		Quorum *struct{ Have, Need int }
+		Roster *struct {
+			Voters []string `json:"voters"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Quorum == nil || st.Roster == nil || len(st.Roster.Voters) != 3 {
+		t.Fatalf("status --json lacks quorum/roster: %s", out)
+	}
+	epoch := fmt.Sprint(st.Epoch)
+	if _, stderr, code := tenure(t, "leader", "--check", epoch, "--socket", socks[2]); code != 0 {
+		t.Fatalf("leader --check %s on the leader: exit %d %s", epoch, code, stderr)
+	}
+	if _, _, code := tenure(t, "leader", "--check", epoch, "--socket", socks[0]); code != 1 {
+		t.Fatalf("leader --check on a follower: exit %d, want 1", code)
+	}
+	if _, _, code := tenure(t, "leader", "--check", "1"+epoch, "--socket", socks[2]); code != 1 {
+		t.Fatalf("leader --check of another epoch: exit %d, want 1", code)
+	}
+	if _, stderr, code := tenure(t, "force-leave", "--socket", socks[0], "nosuch"); code != 1 || !strings.Contains(stderr, "not found") {
+		t.Fatalf("force-leave of an unknown voter: exit %d, %q", code, stderr)
+	}
 }
 
 func TestLeaderExitsOneWithoutLeader(t *testing.T) {
@@ -185,6 +215,13 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if !strings.Contains(string(out), sock) {
 		t.Fatalf("TENURE_SOCKET not used: %s", out)
+	}
+}
+
+func TestRunNeedsACommand(t *testing.T) {
+	_, stderr, code := tenure(t, "run", "--socket", filepath.Join(t.TempDir(), "x.sock"))
+	if code != 2 || !strings.Contains(stderr, "no command") {
+		t.Fatalf("run without a command: exit %d, %q", code, stderr)
 	}
 }
 
