@@ -147,3 +147,22 @@ func TestDefaultClockAdvances(t *testing.T) {
 		t.Fatalf("clock advanced %v over a 10ms sleep", d)
 	}
 }
+
+// TestSlowWatcherIsCutOff: a watcher that stops reading is dropped with
+// ErrTooSlow once it falls more than the buffer behind, while the agent
+// goes on publishing.
+func TestSlowWatcherIsCutOff(t *testing.T) {
+	b := newBroadcaster()
+	ch, cancel := b.subscribe(func() rpc.Event { return rpc.Event{Event: rpc.EventNoLeader} })
+	defer cancel()
+	for i := 0; i < subscriberBuffer+10; i++ {
+		b.publish(rpc.Event{Event: rpc.EventMemberJoin})
+	}
+	n := 0
+	for range ch {
+		n++
+	}
+	if n != subscriberBuffer+1 {
+		t.Fatalf("slow watcher got %d events before its channel closed, want %d", n, subscriberBuffer+1)
+	}
+}

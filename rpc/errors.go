@@ -18,6 +18,7 @@ const (
 	CodeInternal           = "internal"
 	CodeBusy               = "too_many_connections"
 	CodeNotFound           = "not_found"
+	CodeTooSlow            = "too_slow"
 )
 
 // Sentinel errors. Errors returned by the Client wrap one of them when the
@@ -45,6 +46,8 @@ var (
 	ErrBusy = errors.New("rpc: too many connections")
 	// ErrNotFound: the named thing (such as a voter) does not exist.
 	ErrNotFound = errors.New("rpc: not found")
+	// ErrTooSlow: a watcher fell too far behind and its stream was ended.
+	ErrTooSlow = errors.New("rpc: watcher too slow")
 	// ErrAgentUnreachable: nothing answers at the socket path. Returned by
 	// Dial (and by calls that must reconnect); never sent on the wire.
 	ErrAgentUnreachable = errors.New("rpc: agent unreachable")
@@ -54,7 +57,7 @@ var (
 // server tries them when it maps a Backend error to a code.
 func knownCodes() []string {
 	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeBadRequest,
-		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound}
+		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound, CodeTooSlow}
 }
 
 // sentinel returns the sentinel error for code, or nil for an unknown code.
@@ -80,6 +83,8 @@ func sentinel(code string) error {
 		return ErrBusy
 	case CodeNotFound:
 		return ErrNotFound
+	case CodeTooSlow:
+		return ErrTooSlow
 	}
 	return nil
 }

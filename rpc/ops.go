@@ -143,8 +143,14 @@ func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error
 	for {
 		select {
 		case ev, ok := <-events:
-			if !ok || c.srv.ctx.Err() != nil {
+			if c.srv.ctx.Err() != nil {
 				return newError(CodeShuttingDown, "the agent is stopping")
+			}
+			if !ok {
+				// The backend ended a running subscription: this watcher fell
+				// too far behind and was dropped so it cannot slow the agent.
+				c.log.Warn("rpc: watcher too slow; its stream was ended")
+				return newError(CodeTooSlow, "this watcher fell too far behind the agent's events; reconnect and read faster")
 			}
 			if err := c.sendBody(seq, ev, true); err != nil {
 				return nil // cut off, or a frame_too_large final frame was sent

@@ -142,9 +142,9 @@ type Backend interface {
 	// when this node does not lead.
 	Resign(ctx context.Context) error
 	// Watch subscribes to events. The first value(s) sent describe the
-	// current state. The channel is closed when the subscription ends
-	// (cancel called, or the agent stopping); the server then tells the
-	// client shutting_down. cancel is idempotent and the server always calls
+	// current state. The Backend closes the channel to end a subscriber that
+	// fell too far behind (the server then tells the client too_slow); when
+	// the server itself is closing it tells the client shutting_down. cancel is idempotent and the server always calls
 	// it. The server receives promptly but may block for up to
 	// ServerConfig.WriteTimeout on a slow client, so a Backend must not let
 	// one subscriber hold up the others (buffer, or coalesce).
