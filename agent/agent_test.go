@@ -21,9 +21,17 @@ func TestFiveAgentsFailoverAndPreempt(t *testing.T) {
 	cfg := c.agents["n5"].cfg
 	cfg.BindAddr = c.agents["n5"].GossipAddr() // restart on the same address
 	c.halt("n5")
+	killed := time.Now()
 	second := c.waitLeader("n4", 15*time.Second)
 	if second <= first {
 		t.Fatalf("epoch after failover = %d, want > %d", second, first)
+	}
+	// The old leader renewed at most TTL/3 before it died, and voters keep
+	// a promise for a TTL from then: no new lease can start sooner.
+	if took := time.Since(killed); took < testTTL*2/3 {
+		t.Fatalf("new leader after %v: before the old promises could expire", took)
+	} else {
+		t.Logf("new leader %v after kill -9 (TTL %v)", took, testTTL)
 	}
 
 	cfg.Join = nil // the snapshot in its data dir brings it back
@@ -49,7 +57,7 @@ func TestGracefulShutdownHandsOverQuickly(t *testing.T) {
 	if second <= first {
 		t.Fatalf("epoch after hand-over = %d, want > %d", second, first)
 	}
-	t.Logf("graceful hand-over took %v", time.Since(start))
+	t.Logf("graceful hand-over took %v (TTL %v)", time.Since(start), testTTL)
 }
 
 func TestResignOverSocket(t *testing.T) {
@@ -71,12 +79,14 @@ func TestResignOverSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer leader.Close()
+	start := time.Now()
 	if err := leader.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if second := c.waitLeader("n2", 3*time.Second); second <= first {
 		t.Fatalf("epoch after resign = %d, want > %d", second, first)
 	}
+	t.Logf("resign hand-over seen on every node after %v (TTL %v)", time.Since(start), testTTL)
 }
 
 func TestWatchSeesLeadershipChanges(t *testing.T) {
