@@ -155,7 +155,7 @@ func (a *Agent) startHooks() error {
 		Hooks:   a.cfg.Hooks,
 		Timeout: a.cfg.HookTimeout,
 		Logger:  a.log,
-		Env:     hookEnv(os.Environ()),
+		Env:     append(hookEnv(os.Environ()), "TENURE_SOCKET="+a.cfg.SocketPath),
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -166,7 +166,8 @@ func (a *Agent) startHooks() error {
 
 // hookEnv is the agent's environment without its own TENURE_ settings
 // (which may hold secrets such as the cluster key); hooks get their own
-// TENURE_ variables for each event.
+// TENURE_ variables for each event, and TENURE_SOCKET so that a hook's
+// `tenure leader --check` reaches this agent.
 func hookEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {

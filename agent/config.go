@@ -207,10 +207,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// leaseTiming returns the lease timings for c.
+// leaseTiming returns the lease timings for c: an acquire budget of TTL/10,
+// but at most half the election's coordinator timeout, so that nodes waiting
+// for a COORDINATOR outlast the winner's lease round.
 func (c Config) leaseTiming() leasing.Timing {
 	t := leasing.DefaultTiming().WithTTL(c.LeaseTTL)
 	t.MaxDrift = c.MaxDrift
+	t.AcquireBudget = min(t.AcquireBudget, c.electionConfig().CoordinatorTimeout/2)
 	return t
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 
@@ -19,7 +20,7 @@ func runCommand() *cli.Command {
 		ArgsUsage: "-- CMD [ARGS...]",
 		Flags: []cli.Flag{
 			socketFlag(),
-			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the lease margin kept before the deadline", EnvVars: env("grace")},
+			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the lease margin kept before the deadline; keep it well under two thirds of the agent's --lease-ttl", EnvVars: env("grace")},
 			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
 			&cli.BoolFlag{Name: "once", Usage: "exit when CMD exits while leading, with its exit code"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
@@ -49,6 +50,8 @@ func runSupervised(c *cli.Context) error {
 		Grace:   c.Duration("grace"),
 		Once:    c.Bool("once"),
 		Logger:  logger,
+		// The child's `tenure leader --check` must reach the same agent.
+		Env: append(os.Environ(), "TENURE_SOCKET="+c.String("socket")),
 	})
 	if err != nil {
 		if code == 0 {
