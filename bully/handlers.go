@@ -40,8 +40,9 @@ func (m *Machine) onAnswer(now time.Time, msg Message) {
 
 // onCoordinator adopts an announced leader unless this node has followed a
 // later term (then it tells the announcer), or it leads or campaigns and
-// does not yield to the announcer.
-func (m *Machine) onCoordinator(now time.Time, msg Message) {
+// does not yield to the announcer. A follower that outranks the leader
+// answers, so that a leader preempts only nodes that take part (see silent).
+func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 	l, term := msg.From, msg.Term
 	switch m.state {
 	case StateLeader:
@@ -49,15 +50,21 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) {
 		if m.state == StateLeader && term < m.term {
 			m.send(Message{Type: MsgCoordinator, To: l, Leader: m.cfg.Self.Node, Term: m.term})
 		}
-		return
+		return nil
 	case StateAcquiring:
 		if !m.yieldsTo(l, term, m.acquiring) {
-			return
+			return nil
 		}
 	}
-	if m.accepts(l, term) {
-		m.follow(now, l, term)
+	if !m.accepts(l, term) {
+		return nil
 	}
+	m.follow(now, l, term)
+	if m.cfg.Preempt && m.cfg.Self.Eligible && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) {
+		reply := m.stamp(Message{Type: MsgAnswer, To: l, Leader: l, Term: term})
+		return &reply
+	}
+	return nil
 }
 
 // accepts reports whether this node may adopt l's term: a later term than
@@ -138,6 +145,10 @@ func (m *Machine) timeout(now time.Time) {
 		}
 		m.startElection(now)
 	case StateElecting:
+		// No higher node answered: those gossip lists are silent.
+		for _, p := range m.higher(now) {
+			m.silent[p.Name] = now.Add(2 * m.cfg.Stabilization)
+		}
 		m.win()
 	case StateWaiting:
 		m.startElection(now)
@@ -240,7 +251,7 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 func (m *Machine) higher(now time.Time) []peer {
 	var out []peer
 	for _, p := range m.live {
-		if p.Eligible && m.cfg.Self.Less(p.Node) && !m.isHeld(p.Name, now) {
+		if p.Eligible && m.cfg.Self.Less(p.Node) && !m.isHeld(p.Name, now) && !m.isSilent(p.Name, now) {
 			out = append(out, p)
 		}
 	}

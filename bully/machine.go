@@ -18,6 +18,11 @@ type Machine struct {
 
 	live      map[string]peer      // live members other than self, by name
 	held      map[string]time.Time // members that resigned with hold, until when
+	// silent are higher nodes that did not answer an ELECTION this node then
+	// won: alive to gossip but not taking part (frozen, or cut off from the
+	// peer transport). They are left out of elections and preemption until
+	// they send this node a message, or for two stabilisation delays.
+	silent map[string]time.Time
 	holdUntil time.Time            // this node resigned: no campaign before
 	deadline  time.Time            // the current state's timer; zero when none
 	acquiring uint64               // epoch of the lease round in flight
@@ -55,8 +60,9 @@ func New(cfg Config, now time.Time) (*Machine, error) {
 		cfg:   cfg,
 		rand:  r,
 		epoch: cfg.Epoch,
-		live:  map[string]peer{},
-		held:  map[string]time.Time{},
+		live:   map[string]peer{},
+		held:   map[string]time.Time{},
+		silent: map[string]time.Time{},
 	}
 	if cfg.Self.Eligible {
 		m.deadline = now.Add(cfg.StartupDelay + m.jitter())
@@ -105,6 +111,11 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			delete(m.held, name)
 		}
 	}
+	for name := range m.silent {
+		if _, ok := m.live[name]; !ok {
+			delete(m.silent, name)
+		}
+	}
 	if !m.leader.IsZero() && !m.isSelf(m.leader) && !m.isLive(m.leader) {
 		m.forgetLeader(now)
 	}
@@ -149,6 +160,7 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 	if msg.From == m.cfg.Self.Node {
 		return nil
 	}
+	m.heardFrom(now, msg.From)
 	m.observe(msg.Epoch)
 	m.observe(msg.Term)
 	switch msg.Type {
@@ -157,13 +169,32 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 	case MsgAnswer:
 		m.onAnswer(now, msg)
 	case MsgCoordinator:
-		m.onCoordinator(now, msg)
+		return m.onCoordinator(now, msg)
 	case MsgResign:
 		m.onResign(now, msg)
 	case MsgInfo:
 		m.conflict(now, msg.Leader, msg.Term, false)
 	}
 	return nil
+}
+
+// heardFrom takes a silent node back into elections: its stabilisation
+// delay (for preemption) starts now.
+func (m *Machine) heardFrom(now time.Time, n Node) {
+	if _, ok := m.silent[n.Name]; !ok {
+		return
+	}
+	delete(m.silent, n.Name)
+	if p, ok := m.live[n.Name]; ok && p.Node == n {
+		p.since = now
+		m.live[n.Name] = p
+	}
+}
+
+// isSilent reports whether name is a silent node at now.
+func (m *Machine) isSilent(name string, now time.Time) bool {
+	until, ok := m.silent[name]
+	return ok && now.Before(until)
 }
 
 // Acquired reports that the lease round for epoch succeeded. If the Machine

@@ -275,3 +275,28 @@ func brief(msgs []Message) []string {
 	}
 	return out
 }
+
+// TestFrozenHigherNodeDoesNotChurnTerms: a higher node that gossip still
+// lists but that answers nothing (a frozen process) must not make the new
+// leader yield to it over and over: at most once per two stabilisation
+// delays (when the silence is forgotten and tested again), instead of
+// every election round. Once it speaks again, preemption works.
+func TestFrozenHigherNodeDoesNotChurnTerms(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", "n1", "n2")
+	s.nodes["n3"].mute = true
+	cfg := s.nodes["n2"].m.cfg
+	s.run(3*cfg.AnnounceInterval + 2*time.Second)
+	first := s.agree("n2", "n1")
+	s.run(3 * cfg.Stabilization)
+	if got := s.agree("n2", "n1"); got < first || len(s.nodes["n2"].terms) > 2 {
+		t.Fatalf("n2 led terms %v in three stabilisation delays while n3 was frozen; want at most 2", s.nodes["n2"].terms)
+	}
+	s.nodes["n3"].mute = false
+	s.run(cfg.Stabilization + 5*time.Second)
+	if len(s.leaders()) != 1 || s.leaders()[0] != "n3" {
+		t.Fatalf("after n3 woke: leaders %v, want n3 back (preemption)\n%s", s.leaders(), s.dump())
+	}
+}

@@ -32,6 +32,7 @@ type simNode struct {
 	m         *Machine
 	up        bool
 	frozen    bool   // membership view not refreshed
+	mute      bool   // sends and receives nothing, but gossip lists it (a frozen process)
 	persisted uint64 // the "disk"
 	terms     []term // terms led, in order
 	seen      []term // terms followed or led, in order of adoption
@@ -215,7 +216,7 @@ func (s *sim) tick() {
 
 func (s *sim) deliver(msg Message) {
 	from, to := msg.From.Name, msg.To.Name
-	if !s.reachable(from, to) || (s.drop > 0 && s.rand.Float64() < s.drop) {
+	if !s.reachable(from, to) || s.nodes[from].mute || s.nodes[to].mute || (s.drop > 0 && s.rand.Float64() < s.drop) {
 		return
 	}
 	s.trace = append(s.trace, msg)
