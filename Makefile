@@ -1,16 +1,20 @@
 # tenure's make targets. The README names the two a newcomer needs:
-# `make demo` and `make test`.
+# `go run ./cmd/tenure demo` (also `make demo`) and `make test`.
 
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: build demo test check fuzz-short fuzz
+.PHONY: build demo cluster test check fuzz-short fuzz
 
 build:
 	$(GO) build -o bin/tenure ./cmd/tenure
 
-# A local three-agent cluster on 127.0.0.1, its status, and a failover.
+# The fencing story on loopback: three in-process agents and a fenced store.
 demo:
+	$(GO) run ./cmd/tenure demo
+
+# Three real agent processes on 127.0.0.1, their status, and a failover.
+cluster:
 	./examples/local-cluster/run.sh
 
 # The whole test suite with the race detector.

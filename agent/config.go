@@ -166,6 +166,10 @@ func (c Config) Validate() error {
 	if err := c.leaseTiming().Validate(); err != nil {
 		return fmt.Errorf("agent: config: %w", err)
 	}
+	if tick := c.withDefaults().TickInterval; c.Consistency == Quorum && c.LeaseTTL < 10*tick {
+		return fmt.Errorf("agent: config: --lease-ttl %v is too short: at least %v with the %s timing profile (ten ticks of %v)",
+			c.LeaseTTL, 10*tick, c.Profile, tick)
+	}
 	if c.Expect < 0 {
 		return fmt.Errorf("agent: config: --expect %d is negative", c.Expect)
 	}

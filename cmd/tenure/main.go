@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			resignCommand(),
 			runCommand(),
 			forceLeaveCommand(),
+			demoCommand(),
 			versionCommand(),
 		},
 		HideVersion:          false,
