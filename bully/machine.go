@@ -16,18 +16,18 @@ type Machine struct {
 	term   uint64 // epoch of the leader's term
 	epoch  uint64 // highest epoch seen or used
 
-	live      map[string]peer      // live members other than self, by name
-	held      map[string]time.Time // members that resigned with hold, until when
+	live map[string]peer      // live members other than self, by name
+	held map[string]time.Time // members that resigned with hold, until when
 	// silent are higher nodes that did not answer an ELECTION this node then
 	// won: alive to gossip but not taking part (frozen, or cut off from the
 	// peer transport). They are left out of elections and preemption until
 	// they send this node a message, or for two stabilisation delays.
-	silent map[string]time.Time
-	holdUntil time.Time            // this node resigned: no campaign before
-	deadline  time.Time            // the current state's timer; zero when none
-	acquiring uint64               // epoch of the lease round in flight
-	announce  time.Time            // a leader's next COORDINATOR broadcast
-	heard     time.Time            // when the followed leader last announced itself
+	silent    map[string]time.Time
+	holdUntil time.Time // this node resigned: no campaign before
+	deadline  time.Time // the current state's timer; zero when none
+	acquiring uint64    // epoch of the lease round in flight
+	announce  time.Time // a leader's next COORDINATOR broadcast
+	heard     time.Time // when the followed leader last announced itself
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
 	// it adopts no lower term, so the terms it reports only grow.
@@ -57,9 +57,9 @@ func New(cfg Config, now time.Time) (*Machine, error) {
 		r = rand.New(rand.NewPCG(cfg.Self.ID, h.Sum64()))
 	}
 	m := &Machine{
-		cfg:   cfg,
-		rand:  r,
-		epoch: cfg.Epoch,
+		cfg:    cfg,
+		rand:   r,
+		epoch:  cfg.Epoch,
 		live:   map[string]peer{},
 		held:   map[string]time.Time{},
 		silent: map[string]time.Time{},
