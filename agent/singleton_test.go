@@ -159,3 +159,33 @@ func readUint(path string) uint64 {
 	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	return n
 }
+
+// TestRunStopsChildOnResign: when the leader resigns, its child and
+// grandchild are gone at once (the lease is released with the resign), and
+// the next leader's child starts with a higher epoch.
+func TestRunStopsChildOnResign(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	first := c.waitLeader("n3", 15*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runs := map[string]chan error{}
+	for _, name := range []string{"n2", "n3"} {
+		runs[name] = startRun(ctx, t, c, name)
+	}
+	pids := waitChild(t, c, "n3", first, 10*time.Second)
+	if err := c.agents["n3"].Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		waitProcessGone(t, pid, time.Second)
+	}
+	second := waitChildEpoch(t, c, "n2", first, 10*time.Second)
+	t.Logf("epoch %d on n3, then %d on n2 after the resign", first, second)
+	cancel()
+	for name, done := range runs {
+		if err := <-done; err != nil {
+			t.Errorf("run on %s: %v", name, err)
+		}
+	}
+}
