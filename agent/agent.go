@@ -75,6 +75,9 @@ func Start(cfg Config) (*Agent, error) {
 		a.Halt()
 		return nil, err
 	}
+	if len(cfg.EncryptKey) == 0 {
+		a.log.Warn("NO CLUSTER KEY: gossip and peer messages travel in the clear and are not authenticated; anyone who can reach this agent's ports can join, vote and claim leadership. Use --encrypt with a key from tenure keygen.")
+	}
 	a.log.Info("agent started", "id", cfg.ID, "gossip", a.members.LocalMember().Addr,
 		"peer", a.peers.Addr(), "socket", cfg.SocketPath, "consistency", cfg.Consistency,
 		"epoch", a.epochs.Epoch())
@@ -204,6 +207,7 @@ func (a *Agent) startGossip() error {
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()
 	gc.Logger = a.cfg.Logger // gossip adds the node name itself
+	gc.EncryptKey = a.cfg.EncryptKey
 	m, err := gossip.Start(gc)
 	if err != nil {
 		return fmt.Errorf("agent: gossip: %w", err)

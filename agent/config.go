@@ -90,6 +90,9 @@ type Config struct {
 	// Election overrides the election timings of Profile; only its duration
 	// fields are used.
 	Election *bully.Config
+	// EncryptKey is the cluster key (32 bytes). It encrypts and
+	// authenticates gossip; nil runs in the clear (logged loudly).
+	EncryptKey []byte
 	// Hooks run commands on events (see package hooks).
 	Hooks []hooks.Hook
 	// HookTimeout bounds each hook run. Default hooks.DefaultTimeout (30s).
@@ -184,6 +187,9 @@ func (c Config) Validate() error {
 	}
 	if c.SocketPath == "" || c.DataDir == "" {
 		return errors.New("agent: config: socket path and data dir must be set")
+	}
+	if n := len(c.EncryptKey); n != 0 && n != 32 {
+		return fmt.Errorf("agent: config: the cluster key is %d bytes, want 32 (make one with tenure keygen)", n)
 	}
 	if c.HookTimeout < 0 {
 		return fmt.Errorf("agent: config: hook timeout %v is negative", c.HookTimeout)

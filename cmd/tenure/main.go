@@ -43,6 +43,7 @@ func newApp() *cli.App {
 			runCommand(),
 			forceLeaveCommand(),
 			demoCommand(),
+			keygenCommand(),
 			versionCommand(),
 		},
 		HideVersion:          false,

@@ -235,3 +235,23 @@ func TestAgentRejectsBadConfig(t *testing.T) {
 		t.Fatalf("bad log level: exit %d, %q", code, stderr)
 	}
 }
+
+func TestKeygenAndEncryptFlag(t *testing.T) {
+	out, _, code := tenure(t, "keygen")
+	key := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("keygen exit %d", code)
+	}
+	if k, err := decodeKey(key); err != nil || len(k) != 32 {
+		t.Fatalf("keygen printed %q: %v", key, err)
+	}
+	if out2, _, _ := tenure(t, "keygen"); strings.TrimSpace(out2) == key {
+		t.Fatal("two keygen runs printed the same key")
+	}
+	for _, bad := range []string{"abc", "c2hvcnQ="} {
+		_, stderr, code := tenure(t, "agent", "--encrypt", bad, "--data-dir", t.TempDir())
+		if code != 2 || !strings.Contains(stderr, "--encrypt") {
+			t.Errorf("--encrypt %q: exit %d, %q; want a usage error naming --encrypt", bad, code, stderr)
+		}
+	}
+}
