@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -146,18 +147,11 @@ func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 	}
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func testLogger(t *testing.T) *slog.Logger {
 	if os.Getenv("TENURE_TEST_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return testlog.New(t, "")
 }
 
 func writeFile(dir, name, content string) error {

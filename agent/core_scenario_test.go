@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"strings"
 	"testing"
 	"time"
@@ -9,16 +10,8 @@ import (
 	"github.com/tenurehq/tenure/leasing"
 )
 
-func seedOf(t *testing.T) uint64 {
-	var h uint64 = 14695981039346656037
-	for _, c := range []byte(t.Name()) {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	return h
-}
-
 func TestQuorumElectsHighest(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	l, _ := s.waitLeader(10 * time.Second)
 	if l != "n5" {
@@ -31,7 +24,7 @@ func TestQuorumElectsHighest(t *testing.T) {
 // (I1 is checked at every step), the 3-side elects within TTL plus an
 // election, and the 2-side never leads, even with both its nodes restarted.
 func TestSplitLeaderOnMinority(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	s.waitLeader(10 * time.Second)
 	minority, majority := []string{"n4", "n5"}, []string{"n1", "n2", "n3"}
@@ -66,7 +59,7 @@ func TestSplitLeaderOnMinority(t *testing.T) {
 // during a partition is not in the roster, so neither side's majority
 // changes; the 2-side still never leads.
 func TestNewVoterCannotHelpMinority(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	s.waitLeader(10 * time.Second)
 	s.partition([]string{"n1", "n2"}, []string{"n3", "n4", "n5"})
@@ -89,7 +82,7 @@ func TestNewVoterCannotHelpMinority(t *testing.T) {
 // nothing on waking: its deadline passed on its own clock. Meanwhile the
 // others elected a new leader with a higher epoch.
 func TestPausedLeaderWakesNotLeading(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(3)
 	l, _ := s.waitLeader(10 * time.Second)
 	n := s.nodes[l]
@@ -115,7 +108,7 @@ func TestPausedLeaderWakesNotLeading(t *testing.T) {
 // TestResignHandsOverWithoutWaitingTTL: a resign releases the promises, so
 // the next leader's lease starts within a few round trips.
 func TestResignHandsOverWithoutWaitingTTL(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	l, _ := s.waitLeader(10 * time.Second)
 	n := s.nodes[l]
@@ -133,7 +126,7 @@ func TestResignHandsOverWithoutWaitingTTL(t *testing.T) {
 // TestCrashWaitsForPromise: after a kill -9 the next lease starts only once
 // the old promises can have expired, with a higher epoch.
 func TestCrashWaitsForPromise(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	l, _ := s.waitLeader(10 * time.Second)
 	first := s.nodes[l].led[len(s.nodes[l].led)-1]
@@ -160,7 +153,7 @@ func TestRandomQuorumSchedules(t *testing.T) {
 	}
 	for i := range runs {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			seed := seedOf(t)
+			seed := testlog.Seed(t)
 			defer func() {
 				if t.Failed() {
 					t.Logf("seed %d", seed)
@@ -263,7 +256,7 @@ func (s *csim) randomFault(wiped *bool) {
 // promise it gave the leader) must not vote for one TTL, or it could grant a
 // second leader while the first still holds a valid lease.
 func TestWipedVoterHoldsItsVote(t *testing.T) {
-	s := newCsim(t, seedOf(t))
+	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(3)
 	l, _ := s.waitLeader(10*time.Second, "n3")
 	s.partition([]string{"n3"}, []string{"n1"})

@@ -49,20 +49,13 @@ func TestBecameLeaderHookRuns(t *testing.T) {
 // are gone before the old lease can end; the next term starts it again
 // elsewhere with a higher epoch.
 func TestRunStopsChildBeforeLeaseEnds(t *testing.T) {
-	c := newTestCluster(t)
-	c.startN(3)
-	first := c.waitLeader("n3", 15*time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runs := map[string]chan error{}
-	for _, name := range []string{"n2", "n3"} {
-		runs[name] = startRun(ctx, t, c, name)
-	}
-	pids := waitChild(t, c, "n3", first, 10*time.Second)
+	c, first, pids, finish := runOnTwoNodes(t)
+	defer finish()
 	leader := c.agents["n3"]
 	st := leader.Status()
 	deadline := time.Now().Add(time.Duration(st.LeaseRemainingMS) * time.Millisecond)
 	leader.isolated.Store(true)
+	defer leader.isolated.Store(false)
 	for _, pid := range pids {
 		waitProcessGone(t, pid, testTTL)
 	}
@@ -72,11 +65,28 @@ func TestRunStopsChildBeforeLeaseEnds(t *testing.T) {
 	t.Logf("child and grandchild gone %v before the lease deadline", -time.Since(deadline))
 	second := waitChildEpoch(t, c, "n2", first, 15*time.Second)
 	t.Logf("epoch %d on n3, then %d on n2", first, second)
-	leader.isolated.Store(false)
-	cancel()
-	for name, done := range runs {
-		if err := <-done; err != nil {
-			t.Errorf("run on %s: %v", name, err)
+}
+
+// runOnTwoNodes starts three agents and the tenure run supervisor on n2 and
+// n3, waits for the child on the leader n3, and returns the cluster, the
+// first epoch, the child's and grandchild's PIDs, and a function that stops
+// the supervisors and checks they ended cleanly.
+func runOnTwoNodes(t *testing.T) (*testCluster, uint64, []int, func()) {
+	c := newTestCluster(t)
+	c.startN(3)
+	first := c.waitLeader("n3", 15*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	runs := map[string]chan error{}
+	for _, name := range []string{"n2", "n3"} {
+		runs[name] = startRun(ctx, t, c, name)
+	}
+	pids := waitChild(t, c, "n3", first, 10*time.Second)
+	return c, first, pids, func() {
+		cancel()
+		for name, done := range runs {
+			if err := <-done; err != nil {
+				t.Errorf("run on %s: %v", name, err)
+			}
 		}
 	}
 }
@@ -164,17 +174,9 @@ func readUint(path string) uint64 {
 // grandchild are gone at once (the lease is released with the resign), and
 // the next leader's child starts with a higher epoch.
 func TestRunStopsChildOnResign(t *testing.T) {
-	c := newTestCluster(t)
-	c.startN(3)
-	first := c.waitLeader("n3", 15*time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runs := map[string]chan error{}
-	for _, name := range []string{"n2", "n3"} {
-		runs[name] = startRun(ctx, t, c, name)
-	}
-	pids := waitChild(t, c, "n3", first, 10*time.Second)
-	if err := c.agents["n3"].Resign(ctx); err != nil {
+	c, first, pids, finish := runOnTwoNodes(t)
+	defer finish()
+	if err := c.agents["n3"].Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
@@ -182,10 +184,4 @@ func TestRunStopsChildOnResign(t *testing.T) {
 	}
 	second := waitChildEpoch(t, c, "n2", first, 10*time.Second)
 	t.Logf("epoch %d on n3, then %d on n2 after the resign", first, second)
-	cancel()
-	for name, done := range runs {
-		if err := <-done; err != nil {
-			t.Errorf("run on %s: %v", name, err)
-		}
-	}
 }

@@ -2,6 +2,7 @@ package bully
 
 import (
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -44,7 +45,7 @@ type term struct {
 }
 
 func newSim(t *testing.T, preempt bool) *sim {
-	seed := seedFor(t)
+	seed := testlog.Seed(t)
 	s := &sim{
 		t:     t,
 		rand:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
@@ -61,15 +62,6 @@ func newSim(t *testing.T, preempt bool) *sim {
 		return c
 	}
 	return s
-}
-
-// seedFor derives a replayable seed from the test name.
-func seedFor(t *testing.T) uint64 {
-	var h uint64 = 14695981039346656037
-	for _, c := range []byte(t.Name()) {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	return h
 }
 
 func (s *sim) add(name string, id uint64, eligible bool) *simNode {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -230,17 +230,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// tWriter routes log lines to t.Log.
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, "") }
 
 // startServer serves fb on a socket in a fresh directory; edit adjusts the
 // config. The server is closed when the test ends.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"github.com/tenurehq/tenure/internal/procgroup"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -194,20 +195,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// tWriter routes lines to t.Log.
-type tWriter struct {
-	t      testing.TB
-	prefix string
-}
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB, name string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t, name + ": "}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB, name string) *slog.Logger { return testlog.New(t, name+": ") }
 
 // lockedBuffer is an io.Writer safe for concurrent use.
 type lockedBuffer struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,17 +28,7 @@ func TestMain(m *testing.M) {
 // testTimeout bounds every request in the tests.
 const testTimeout = 10 * time.Second
 
-// tWriter routes log lines to t.Log.
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, "") }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -1,0 +1,35 @@
+// Package testlog routes log/slog output to a test's log, so that a failing
+// test shows what the code under test logged and a passing one stays quiet.
+package testlog
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+// New returns a debug-level text logger writing to t.Log; prefix (may be
+// empty) starts every line.
+func New(t testing.TB, prefix string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(writer{t: t, prefix: prefix}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type writer struct {
+	t      testing.TB
+	prefix string
+}
+
+func (w writer) Write(p []byte) (int, error) {
+	w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Seed derives a seed from the test's name (FNV-1a), so a randomized test
+// replays the same schedule every run, and a failure names its seed.
+func Seed(t testing.TB) uint64 {
+	var h uint64 = 14695981039346656037
+	for _, c := range []byte(t.Name()) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
