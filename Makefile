@@ -30,6 +30,8 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME) ./internal/wire
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEpoch$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFence$$' -fuzztime=$(FUZZTIME) ./leasing
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRoster$$' -fuzztime=$(FUZZTIME) ./leasing
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./agent
 	$(GO) test -run='^$$' -fuzz='^FuzzServerFrame$$' -fuzztime=$(FUZZTIME) ./rpc
 
 # A longer fuzz run: make fuzz FUZZTIME=10m

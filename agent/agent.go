@@ -51,6 +51,9 @@ type Agent struct {
 	ctx      context.Context // cancelled by Shutdown and Halt
 	cancel   context.CancelFunc
 	loopDone chan struct{}
+	done     chan struct{} // closed when the agent has stopped
+	errMu    sync.Mutex
+	err      error          // why the agent stopped by itself
 	sends    sync.WaitGroup // outbound peer messages in flight
 	stopOnce sync.Once
 }
@@ -69,6 +72,7 @@ func Start(cfg Config) (*Agent, error) {
 		events:   newBroadcaster(),
 		inbox:    make(chan func()),
 		loopDone: make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if err := a.start(); err != nil {
@@ -267,6 +271,29 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Done is closed when the agent has stopped, by Shutdown, Halt, or by
+// itself after an error it cannot go on past (see Err).
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err returns why the agent stopped by itself, or nil.
+func (a *Agent) Err() error {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	return a.err
+}
+
+// abort records why the agent stops by itself and halts it in the
+// background (it may be called from the driver, which Halt waits for).
+func (a *Agent) abort(err error) {
+	a.errMu.Lock()
+	if a.err == nil {
+		a.err = err
+	}
+	a.errMu.Unlock()
+	a.log.Error("stopping the agent", "err", err)
+	go a.Halt()
+}
+
 // Halt stops the agent at once, without resigning or leaving: to the others
 // it looks like a crash. For tests and for embedding code that must stop now.
 func (a *Agent) Halt() {
@@ -309,7 +336,10 @@ func (a *Agent) stop(hooksCtx context.Context) error {
 			errs = append(errs, a.closeHooks(hooksCtx))
 		}
 		a.events.close()
-		a.log.Info("agent stopped")
+		if a.server != nil { // it had started
+			a.log.Info("agent stopped")
+		}
+		close(a.done)
 	})
 	return errors.Join(errs...)
 }

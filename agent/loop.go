@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -35,8 +37,7 @@ func (a *Agent) loop() {
 			if !ok {
 				// Serf shut itself down (for example after losing a name
 				// conflict): without membership the agent cannot take part.
-				a.log.Error("gossip membership ended; stopping the agent")
-				go a.Halt()
+				a.abort(errors.New("agent: gossip membership ended (was this node's name taken by another node?)"))
 				return
 			}
 			a.publishMember(ev)
@@ -147,7 +148,6 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 // fail stops the agent after an error it cannot act safely past (state
 // could not be persisted, so no message may be sent and no term started).
 func (a *Agent) fail(err error) {
-	a.log.Error("stopping: cannot persist state", "err", err)
-	go a.Halt()
+	a.abort(fmt.Errorf("agent: cannot persist state: %w", err))
 	<-a.ctx.Done()
 }

@@ -255,3 +255,18 @@ func TestRosterChangesAndPersistence(t *testing.T) {
 		t.Fatalf("reloaded %v, %v; want %v", s2.Roster(), err, r3)
 	}
 }
+
+func FuzzDecodeRoster(f *testing.F) {
+	good, _ := encodeRoster(Bootstrap([]Node{{1, "a"}, {2, "b"}, {3, "c"}}).With(Node{4, "d"}, 7))
+	f.Add(good)
+	f.Add([]byte("tenure-roster v1\n{}\ncrc32 00000000\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeRoster(data)
+		if err != nil {
+			return
+		}
+		if r.IsZero() || r.ClusterID == "" || len(r.Voters) == 0 {
+			t.Fatalf("accepted an incomplete roster %+v", r)
+		}
+	})
+}

@@ -62,12 +62,19 @@ func runAgent(c *cli.Context) error {
 	}
 	a, err := agent.Start(cfg)
 	if err != nil {
-		return fail(1, "tenure agent: %v", err)
+		// Start fails on configuration and environment: a port in use, a
+		// data dir it cannot write, corrupt state, a socket in use.
+		return fail(2, "tenure agent: %v", err)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	sig := <-sigs
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case <-a.Done():
+		return fail(1, "tenure agent: %v", a.Err())
+	}
 	cfg.Logger.Info("stopping", "signal", sig.String())
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,6 +253,32 @@ func TestKeygenAndEncryptFlag(t *testing.T) {
 		_, stderr, code := tenure(t, "agent", "--encrypt", bad, "--data-dir", t.TempDir())
 		if code != 2 || !strings.Contains(stderr, "--encrypt") {
 			t.Errorf("--encrypt %q: exit %d, %q; want a usage error naming --encrypt", bad, code, stderr)
+		}
+	}
+}
+
+// TestAgentStartErrorsAreOneClearLine: a port in use and a data dir that
+// cannot be created each give one line naming the problem and exit 2.
+func TestAgentStartErrorsAreOneClearLine(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]string{
+		"address already in use": {"--peer-bind", busy.Addr().String(), "--data-dir", filepath.Join(dir, "d1")},
+		"not a directory":        {"--data-dir", filepath.Join(file, "sub")},
+	}
+	for want, args := range cases {
+		args = append([]string{"agent", "--bind", "127.0.0.1:0", "--socket", filepath.Join(dir, "s.sock")}, args...)
+		_, stderr, code := tenure(t, args...)
+		if code != 2 || !strings.Contains(stderr, want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line saying %q", args, code, stderr, want)
 		}
 	}
 }
