@@ -80,7 +80,7 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if len(cfg.EncryptKey) == 0 {
-		a.log.Warn("NO CLUSTER KEY: gossip and peer messages travel in the clear and are not authenticated; anyone who can reach this agent's ports can join, vote and claim leadership. Use --encrypt with a key from tenure keygen.")
+		a.log.Warn("NO CLUSTER KEY: gossip and peer messages travel in the clear, unauthenticated; anyone who can reach this agent's ports can join, vote and claim leadership. Use --encrypt with a key from tenure keygen.")
 	}
 	a.log.Info("agent started", "id", cfg.ID, "gossip", a.members.LocalMember().Addr,
 		"peer", a.peers.Addr(), "socket", cfg.SocketPath, "consistency", cfg.Consistency,
@@ -186,11 +186,22 @@ func hookEnv(env []string) []string {
 }
 
 func (a *Agent) startPeers() error {
-	t, err := gossip.ListenTransport(gossip.TransportConfig{
+	tc := gossip.TransportConfig{
 		BindAddr: a.cfg.PeerBindAddr,
 		Handler:  a.handlePeer,
 		Logger:   a.log,
-	})
+	}
+	if len(a.cfg.EncryptKey) > 0 {
+		// Peer messages are authenticated and encrypted with TLS 1.3 keyed
+		// by the cluster key: a node without it can neither vote, nor be
+		// granted a lease, nor announce itself leader.
+		wrap, err := gossip.NewKeyedTLS([][]byte{a.cfg.EncryptKey})
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		tc.Wrap = wrap
+	}
+	t, err := gossip.ListenTransport(tc)
 	if err != nil {
 		return fmt.Errorf("agent: peer transport: %w", err)
 	}

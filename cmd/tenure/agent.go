@@ -36,7 +36,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "advertise", Usage: "address other agents reach this one at, `HOST`", EnvVars: env("advertise")},
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip address of an agent to join, `HOST:PORT` (repeatable; retried until it works)", EnvVars: env("join")},
 			socketFlag(),
-			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip", EnvVars: env("encrypt")},
+			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
 			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "quorum (a majority of voters must grant the lease: at most one leader) or available (each partition side may elect its own)", EnvVars: env("consistency")},
 			&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, Usage: "how long a voter's lease promise lasts; the leader renews every third of it", EnvVars: env("lease-ttl")},
