@@ -105,8 +105,14 @@ func (a *Agent) start() error {
 		return err
 	}
 	go a.loop()
+	group, err := a.cfg.socketGroup()
+	if err != nil {
+		return err
+	}
 	server, err := rpc.Listen(rpc.ServerConfig{
 		Path:         a.cfg.SocketPath,
+		Mode:         a.cfg.SocketMode,
+		Group:        group,
 		Backend:      backend{a},
 		Logger:       a.log,
 		AgentVersion: a.cfg.Version,

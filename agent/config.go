@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -61,6 +62,12 @@ type Config struct {
 	Join []string
 	// SocketPath is the local Unix socket. Default rpc.DefaultSocketPath().
 	SocketPath string
+	// SocketMode is the socket's permission bits. Default 0600.
+	SocketMode os.FileMode
+	// SocketGroup, when set (a group name or numeric ID), owns the socket
+	// and its directory, so its members can use tenure: give SocketMode
+	// 0660 with it.
+	SocketGroup string
 	// DataDir holds the epoch and the gossip snapshot. Default: see
 	// DefaultDataDir.
 	DataDir string
@@ -185,6 +192,12 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("agent: config: timing profile %q: want lan or local", c.Profile)
 	}
+	if c.SocketMode&^0o777 != 0 || (c.SocketMode != 0 && c.SocketMode&0o600 != 0o600) {
+		return fmt.Errorf("agent: config: --socket-mode %#o: want permission bits that keep the owner's read and write", c.SocketMode)
+	}
+	if _, err := c.socketGroup(); err != nil {
+		return err
+	}
 	if c.SocketPath == "" || c.DataDir == "" {
 		return errors.New("agent: config: socket path and data dir must be set")
 	}
@@ -215,6 +228,22 @@ func (c Config) withDefaults() Config {
 		c.TickInterval = map[Profile]time.Duration{LAN: 50 * time.Millisecond, Local: 20 * time.Millisecond}[c.Profile]
 	}
 	return c
+}
+
+// socketGroup resolves SocketGroup to a group ID (nil when unset).
+func (c Config) socketGroup() (*int, error) {
+	if c.SocketGroup == "" {
+		return nil, nil
+	}
+	id := c.SocketGroup
+	if g, err := user.LookupGroup(c.SocketGroup); err == nil {
+		id = g.Gid
+	}
+	gid, err := strconv.Atoi(id)
+	if err != nil {
+		return nil, fmt.Errorf("agent: config: --socket-group %q: no such group", c.SocketGroup)
+	}
+	return &gid, nil
 }
 
 // leaseTiming returns the lease timings for c: an acquire budget of TTL/10,

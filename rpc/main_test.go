@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,28 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(probeEnv); path != "" {
+		os.Exit(probe(path)) // a child started by TestSocketPermissions
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// probeEnv makes the test binary, started as a child, dial the socket at
+// its value and exit 0 when a status call works, 3 otherwise.
+const probeEnv = "TENURE_RPC_PROBE"
+
+func probe(path string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, path)
+	if err != nil {
+		return 3
+	}
+	defer c.Close()
+	if _, err := c.Status(ctx); err != nil {
+		return 3
+	}
+	return 0
 }
 
 // testTimeout bounds every wait in the tests; reaching it is a failure.

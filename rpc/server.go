@@ -50,6 +50,10 @@ type ServerConfig struct {
 	MaxConns int
 	// Mode is the socket file's permission bits; 0 means DefaultMode (0600).
 	Mode os.FileMode
+	// Group, when non-nil, is the group ID given the socket and (if this
+	// server owns it) its directory, so that a group of trusted users can
+	// connect: give Mode 0660 with it. The directory becomes 0750.
+	Group *int
 	// IdleTimeout closes a connection that sends no request for this long;
 	// 0 means never. Watch connections are exempt.
 	IdleTimeout time.Duration
@@ -116,7 +120,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := listenSocket(cfg.Path, cfg.Mode, cfg.Logger)
+	ln, err := listenSocket(cfg.Path, cfg.Mode, cfg.Group, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -35,8 +35,11 @@ func defaultSocketPath(euid int, xdgRuntime, tmp string) string {
 
 // listenSocket prepares path's directory, clears a stale socket and listens
 // on path with the given mode. The listener removes the file when closed.
-func listenSocket(path string, mode os.FileMode, log *slog.Logger) (*net.UnixListener, error) {
+func listenSocket(path string, mode os.FileMode, group *int, log *slog.Logger) (*net.UnixListener, error) {
 	if err := prepareDir(filepath.Dir(path), log); err != nil {
+		return nil, err
+	}
+	if err := shareDir(filepath.Dir(path), group); err != nil {
 		return nil, err
 	}
 	if err := clearStale(path); err != nil {
@@ -52,6 +55,12 @@ func listenSocket(path string, mode os.FileMode, log *slog.Logger) (*net.UnixLis
 	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("rpc: set mode of %s: %w", path, err)
+	}
+	if group != nil {
+		if err := os.Chown(path, -1, *group); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("rpc: give %s to group %d: %w", path, *group, err)
+		}
 	}
 	return ln, nil
 }

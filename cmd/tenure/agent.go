@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "advertise", Usage: "address other agents reach this one at, `HOST`", EnvVars: env("advertise")},
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip address of an agent to join, `HOST:PORT` (repeatable; retried until it works)", EnvVars: env("join")},
 			socketFlag(),
+			&cli.StringFlag{Name: "socket-mode", Value: "0600", Usage: "permission bits of the socket, octal", EnvVars: env("socket-mode")},
+			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
 			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "quorum (a majority of voters must grant the lease: at most one leader) or available (each partition side may elect its own)", EnvVars: env("consistency")},
@@ -97,6 +100,12 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.AdvertiseAddr = c.String("advertise")
 	cfg.Join = c.StringSlice("join")
 	cfg.SocketPath = c.String("socket")
+	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("--socket-mode %q: want octal permission bits such as 0660", c.String("socket-mode"))
+	}
+	cfg.SocketMode = os.FileMode(mode)
+	cfg.SocketGroup = c.String("socket-group")
 	cfg.DataDir = c.String("data-dir")
 	cfg.Consistency = agent.Consistency(c.String("consistency"))
 	cfg.LeaseTTL = c.Duration("lease-ttl")

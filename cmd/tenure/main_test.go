@@ -235,6 +235,16 @@ func TestAgentRejectsBadConfig(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--log-level") {
 		t.Fatalf("bad log level: exit %d, %q", code, stderr)
 	}
+	for flag, value := range map[string]string{"--socket-mode": "0644x", "--socket-group": "no-such-group-here"} {
+		_, stderr, code = tenure(t, "agent", flag, value, "--data-dir", t.TempDir())
+		if code != 2 || !strings.Contains(stderr, flag) {
+			t.Errorf("%s %s: exit %d, %q", flag, value, code, stderr)
+		}
+	}
+	_, stderr, code = tenure(t, "agent", "--socket-mode", "0066", "--data-dir", t.TempDir())
+	if code != 2 || !strings.Contains(stderr, "--socket-mode") {
+		t.Errorf("--socket-mode 0066 (owner locked out): exit %d, %q", code, stderr)
+	}
 }
 
 func TestKeygenAndEncryptFlag(t *testing.T) {
