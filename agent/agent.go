@@ -34,6 +34,8 @@ type Agent struct {
 	members *gossip.Membership
 	server  *rpc.Server
 	hooks   *hooks.Runner
+	peerTLS *gossip.KeyedTLS // nil without a cluster key
+	refused uint64           // peer handshakes refused, as last reported
 
 	// inbox carries work for the driver goroutine, the only one that
 	// touches core.
@@ -206,6 +208,7 @@ func (a *Agent) startPeers() error {
 			return fmt.Errorf("agent: %w", err)
 		}
 		tc.Wrap = wrap
+		a.peerTLS = wrap
 	}
 	t, err := gossip.ListenTransport(tc)
 	if err != nil {

@@ -93,4 +93,10 @@ func forgeCoordinator(t *testing.T, c *testCluster, epoch uint64) {
 	if st := c.agents["n1"].Status(); st.Leader == nil || st.Leader.Node != "n3" || st.Epoch >= epoch+100 {
 		t.Fatalf("n1's view changed after forged messages: %+v", st)
 	}
+	eventually(t, 2*time.Second, func() error {
+		if n := c.agents["n1"].RefusedPeers(); n < 2 {
+			return fmt.Errorf("refused peer connections counted: %d, want 2 (no key, wrong key)", n)
+		}
+		return nil
+	})
 }
