@@ -69,6 +69,14 @@ type Config struct {
 	// AES key of 16, 24 or 32 bytes through serf's keyring. Every member
 	// must use the same key.
 	EncryptKey []byte
+	// KeyringFile, if set, is a file in which serf keeps this node's gossip
+	// keyring (a JSON array of base64 keys, the primary first, mode 0600),
+	// rewritten after every key change (see Membership.InstallKey), so that
+	// a restarted node keeps the keys the cluster rotated to. If the file
+	// exists, Start uses it and ignores EncryptKey; if not and EncryptKey is
+	// set, Start creates it holding EncryptKey. "" keeps no file: a restart
+	// starts again from EncryptKey.
+	KeyringFile string
 }
 
 // DefaultConfig returns a Config with every default filled in and Name set

@@ -50,6 +50,8 @@ type Membership struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	keys keyringState // gossip keyring and its watcher; see keyring.go
 }
 
 // Start starts gossip with a copy of cfg: it binds the gossip port, starts
@@ -77,12 +79,13 @@ func Start(cfg Config) (*Membership, error) {
 	}
 	m.wg.Add(1)
 	go m.pump(serfEvents)
+	m.startKeyringWatch()
 	if len(cfg.Join) > 0 {
 		m.startJoinLoop(cfg.Join)
 	}
 	local := m.LocalMember()
 	m.logger.Info("gossip started", "addr", local.Addr, "id", cfg.ID, "peer", cfg.PeerAddr,
-		"encrypted", len(cfg.EncryptKey) > 0, "snapshot", cfg.SnapshotPath)
+		"encrypted", m.keys.ring != nil, "keyring", cfg.KeyringFile, "snapshot", cfg.SnapshotPath)
 	return m, nil
 }
 
@@ -96,6 +99,10 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 	}
 	sc := m.serfConfig(ip, port, events, std)
 	sc.MemberlistConfig.Transport = nl
+	if err := m.setupKeyring(sc); err != nil {
+		nl.Shutdown()
+		return err
+	}
 	if err := m.precheck(nl, sc); err != nil {
 		nl.Shutdown()
 		return err
@@ -148,8 +155,7 @@ func (m *Membership) serfConfig(ip string, port int, events chan serf.Event, std
 			mc.AdvertisePort = advPort
 		}
 	}
-	mc.SecretKey = m.cfg.EncryptKey
-	m.cfg.Timing.apply(sc, mc)
+	m.cfg.Timing.apply(sc, mc) // the keyring is set by setupKeyring
 	return sc
 }
 
