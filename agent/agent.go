@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,7 +82,7 @@ func Start(cfg Config) (*Agent, error) {
 		a.Halt()
 		return nil, err
 	}
-	if len(cfg.EncryptKey) == 0 {
+	if a.peerTLS == nil {
 		a.log.Warn("NO CLUSTER KEY: gossip and peer messages travel in the clear, unauthenticated; anyone who can reach this agent's ports can join, vote and claim leadership. Use --encrypt with a key from tenure keygen.")
 	}
 	a.log.Info("agent started", "id", cfg.ID, "gossip", a.members.LocalMember().Addr,
@@ -199,11 +200,18 @@ func (a *Agent) startPeers() error {
 		Handler:  a.handlePeer,
 		Logger:   a.log,
 	}
-	if len(a.cfg.EncryptKey) > 0 {
+	if a.cfg.KeyringFile != "" {
 		// Peer messages are authenticated and encrypted with TLS 1.3 keyed
-		// by the cluster key: a node without it can neither vote, nor be
-		// granted a lease, nor announce itself leader.
-		wrap, err := gossip.NewKeyedTLS([][]byte{a.cfg.EncryptKey})
+		// by the cluster keys: a node without one can neither vote, nor be
+		// granted a lease, nor announce itself leader. The keys are those of
+		// gossip's keyring once it has started (startGossip); until then
+		// EncryptKey, or a random key that admits nobody.
+		first := a.cfg.EncryptKey
+		if len(first) == 0 {
+			first = make([]byte, 32)
+			crand.Read(first)
+		}
+		wrap, err := gossip.NewKeyedTLS([][]byte{first})
 		if err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
@@ -232,11 +240,35 @@ func (a *Agent) startGossip() error {
 	gc.Timing = a.cfg.gossipTiming()
 	gc.Logger = a.cfg.Logger // gossip adds the node name itself
 	gc.EncryptKey = a.cfg.EncryptKey
+	gc.KeyringFile = a.cfg.KeyringFile
 	m, err := gossip.Start(gc)
 	if err != nil {
 		return fmt.Errorf("agent: gossip: %w", err)
 	}
 	a.members = m
+	return a.followKeyring()
+}
+
+// followKeyring keeps the peer transport's keys equal to gossip's keyring,
+// so a rotation (tenure keys) covers both.
+func (a *Agent) followKeyring() error {
+	if a.peerTLS == nil {
+		return nil
+	}
+	setKeys := func(_ []byte, all [][]byte) {
+		if len(all) == 0 {
+			return
+		}
+		if err := a.peerTLS.SetKeys(all); err != nil {
+			a.log.Error("peer transport keys", "err", err)
+		}
+	}
+	a.members.OnKeyringChange(setKeys)
+	primary, all := a.members.LocalKeys()
+	if len(all) == 0 {
+		return fmt.Errorf("agent: keyring file %s holds no keys (and no --encrypt key was given to create it)", a.cfg.KeyringFile)
+	}
+	setKeys(primary, all)
 	return nil
 }
 

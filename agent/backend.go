@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/gossip"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -145,4 +147,39 @@ func (a *Agent) forwardForceLeave(ctx context.Context, leader bully.Node, name s
 	default:
 		return fmt.Errorf("%w: %s", rpc.ErrBadRequest, r.Error)
 	}
+}
+
+func (b backend) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo, error) {
+	return b.a.Keys(ctx, req)
+}
+
+// Keys runs a cluster key action on every member through gossip's key
+// manager; the peer transport follows the keyring (followKeyring).
+func (a *Agent) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo, error) {
+	var key []byte
+	if req.Action != rpc.KeysList {
+		k, err := base64.StdEncoding.DecodeString(req.Key)
+		if err != nil {
+			return rpc.KeyringInfo{}, fmt.Errorf("%w: key is not base64: %v", rpc.ErrBadRequest, err)
+		}
+		key = k
+	}
+	var st gossip.KeyringStatus
+	var err error
+	switch req.Action {
+	case rpc.KeysList:
+		st, err = a.members.ListKeys(ctx)
+	case rpc.KeysInstall:
+		st, err = a.members.InstallKey(ctx, key)
+	case rpc.KeysUse:
+		st, err = a.members.UseKey(ctx, key)
+	default:
+		st, err = a.members.RemoveKey(ctx, key)
+	}
+	info := rpc.KeyringInfo{Keys: st.Keys, PrimaryKeys: st.PrimaryKeys, NumNodes: st.NumNodes,
+		NumResp: st.NumResp, NumErr: st.NumErr, Messages: st.Messages}
+	if err != nil {
+		return info, fmt.Errorf("%w: %v", rpc.ErrBadRequest, err)
+	}
+	return info, nil
 }

@@ -98,8 +98,13 @@ type Config struct {
 	// fields are used.
 	Election *bully.Config
 	// EncryptKey is the cluster key (32 bytes). It encrypts and
-	// authenticates gossip; nil runs in the clear (logged loudly).
+	// authenticates gossip and peer messages; nil runs in the clear (logged
+	// loudly) unless KeyringFile holds keys.
 	EncryptKey []byte
+	// KeyringFile keeps the installed cluster keys across restarts, and
+	// wins over EncryptKey once it exists. Default: <DataDir>/keyring when
+	// EncryptKey is set.
+	KeyringFile string
 	// Hooks run commands on events (see package hooks).
 	Hooks []hooks.Hook
 	// HookTimeout bounds each hook run. Default hooks.DefaultTimeout (30s).
@@ -223,6 +228,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = DefaultClock()
+	}
+	if c.KeyringFile == "" && len(c.EncryptKey) > 0 {
+		c.KeyringFile = filepath.Join(c.DataDir, "keyring")
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = map[Profile]time.Duration{LAN: 50 * time.Millisecond, Local: 20 * time.Millisecond}[c.Profile]

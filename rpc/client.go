@@ -112,6 +112,14 @@ func (c *Client) ForceLeave(ctx context.Context, name string) error {
 	return c.callWith(ctx, OpForceLeave, ForceLeaveRequest{Name: name}, nil)
 }
 
+// Keys runs a cluster key action (KeysList, KeysInstall, KeysUse,
+// KeysRemove) on every member, with key in base64 ("" for list).
+func (c *Client) Keys(ctx context.Context, action, key string) (KeyringInfo, error) {
+	var res KeyringInfo
+	err := c.callWith(ctx, OpKeys, KeysRequest{Action: action, Key: key}, &res)
+	return res, err
+}
+
 // Close closes the connection; calls in flight fail. It is idempotent.
 // Watchers opened by the Client are independent and need their own Close.
 func (c *Client) Close() error {

@@ -130,6 +130,10 @@ func (f *fakeBackend) ForceLeave(_ context.Context, name string) error {
 	return nil
 }
 
+func (f *fakeBackend) Keys(_ context.Context, req KeysRequest) (KeyringInfo, error) {
+	return KeyringInfo{Keys: map[string]int{"k": 1}, NumNodes: 1, NumResp: 1}, nil
+}
+
 func (f *fakeBackend) set(fn func(f *fakeBackend)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -32,6 +32,8 @@ func unary(op string) unaryHandler {
 		return opCheck
 	case OpForceLeave:
 		return opForceLeave
+	case OpKeys:
+		return opKeys
 	}
 	return nil
 }
@@ -53,6 +55,23 @@ func opForceLeave(ctx context.Context, b Backend, body msgpack.RawMessage) (any,
 		return nil, fmt.Errorf("%w: force-leave needs a node name", ErrBadRequest)
 	}
 	return nil, b.ForceLeave(ctx, req.Name)
+}
+
+func opKeys(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req KeysRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	switch req.Action {
+	case KeysList:
+	case KeysInstall, KeysUse, KeysRemove:
+		if req.Key == "" {
+			return nil, fmt.Errorf("%w: keys %s needs a key", ErrBadRequest, req.Action)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown keys action %q (list, install, use, remove)", ErrBadRequest, req.Action)
+	}
+	return b.Keys(ctx, req)
 }
 
 // decodeBody decodes a request body, which the op requires.

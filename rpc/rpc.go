@@ -44,6 +44,11 @@ const (
 	// ForceLeaveRequest; no response body. Fails with no_leader when no
 	// leader is known, not_found when the roster has no such voter.
 	OpForceLeave = "force-leave"
+	// OpKeys manages the cluster keys across the cluster. Request body:
+	// KeysRequest; response: KeyringInfo. Fails with bad_request when the
+	// agent runs without a cluster key, or some members failed (the message
+	// names them).
+	OpKeys = "keys"
 )
 
 // Hello is the first frame a client sends.

@@ -153,6 +153,9 @@ type Backend interface {
 	Check(ctx context.Context, epoch uint64) (CheckResult, error)
 	// ForceLeave removes a voter from the roster through the leader.
 	ForceLeave(ctx context.Context, name string) error
+	// Keys lists, installs, makes primary or removes a cluster key on every
+	// member.
+	Keys(ctx context.Context, req KeysRequest) (KeyringInfo, error)
 }
 
 // CheckRequest is the body of OpCheck.
@@ -179,4 +182,37 @@ type CheckResult struct {
 type ForceLeaveRequest struct {
 	// Name is the voter's node name.
 	Name string `msgpack:"name" json:"name"`
+}
+
+// Key actions of KeysRequest.Action.
+const (
+	KeysList    = "list"
+	KeysInstall = "install"
+	KeysUse     = "use"
+	KeysRemove  = "remove"
+)
+
+// KeysRequest is the body of OpKeys.
+type KeysRequest struct {
+	// Action is KeysList, KeysInstall, KeysUse or KeysRemove.
+	Action string `msgpack:"action" json:"action"`
+	// Key is the base64 key to install, use or remove ("" for list).
+	Key string `msgpack:"key" json:"key"`
+}
+
+// KeyringInfo answers OpKeys: the cluster's keys as its members reported.
+type KeyringInfo struct {
+	// Keys counts, per base64 key, the members that have it installed
+	// (list only).
+	Keys map[string]int `msgpack:"keys" json:"keys"`
+	// PrimaryKeys counts, per base64 key, the members using it as primary
+	// (list only).
+	PrimaryKeys map[string]int `msgpack:"primary_keys" json:"primary_keys"`
+	// NumNodes, NumResp and NumErr count the members asked, answering and
+	// failing.
+	NumNodes int `msgpack:"num_nodes" json:"num_nodes"`
+	NumResp  int `msgpack:"num_resp" json:"num_resp"`
+	NumErr   int `msgpack:"num_err" json:"num_err"`
+	// Messages holds each failing member's message.
+	Messages map[string]string `msgpack:"messages" json:"messages"`
 }

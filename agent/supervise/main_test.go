@@ -80,6 +80,10 @@ func (f *fakeAgent) Check(context.Context, uint64) (rpc.CheckResult, error) {
 
 func (f *fakeAgent) ForceLeave(context.Context, string) error { return rpc.ErrNotLeader }
 
+func (f *fakeAgent) Keys(context.Context, rpc.KeysRequest) (rpc.KeyringInfo, error) {
+	return rpc.KeyringInfo{}, rpc.ErrBadRequest
+}
+
 // Watch sends the current leader first, as the agent does, then whatever
 // the test publishes.
 func (f *fakeAgent) Watch(context.Context) (<-chan rpc.Event, func(), error) {

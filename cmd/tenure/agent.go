@@ -39,6 +39,7 @@ func agentCommand() *cli.Command {
 			socketFlag(),
 			&cli.StringFlag{Name: "socket-mode", Value: "0600", Usage: "permission bits of the socket, octal", EnvVars: env("socket-mode")},
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
+			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default with --encrypt: DATA-DIR/keyring; it wins over --encrypt once it exists)", EnvVars: env("keyring-file")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
 			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "quorum (a majority of voters must grant the lease: at most one leader) or available (each partition side may elect its own)", EnvVars: env("consistency")},
@@ -118,6 +119,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.Logger = logger
 	cfg.Version = version
 	cfg.Hooks = c.Generic("hook").(*hookList).hooks
+	cfg.KeyringFile = c.String("keyring-file")
 	if k := c.String("encrypt"); k != "" {
 		if cfg.EncryptKey, err = decodeKey(k); err != nil {
 			return agent.Config{}, err

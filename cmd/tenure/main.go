@@ -44,6 +44,7 @@ func newApp() *cli.App {
 			forceLeaveCommand(),
 			demoCommand(),
 			keygenCommand(),
+			keysCommand(),
 			versionCommand(),
 		},
 		HideVersion:          false,
