@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,4 +63,35 @@ func sendGarbage(t *testing.T, network, addr string, round int) {
 	}
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = conn.Write(buf)
+}
+
+// TestDuplicateNameStopsOneAgent: a second agent that joins under a name
+// the cluster already has is resolved by gossip: one of the two stops, with
+// an error that says why, and the cluster keeps one leader.
+func TestDuplicateNameStopsOneAgent(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	c.waitLeader("n3", 15*time.Second)
+	cfg := c.config("n2", 2)
+	cfg.Expect = 0
+	cfg.DataDir += "-twin"
+	cfg.SocketPath = filepath.Join(c.dir, "twin.sock")
+	twin, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twin.Halt()
+	var stopped *Agent
+	select {
+	case <-twin.Done():
+		stopped = twin
+	case <-c.agents["n2"].Done():
+		stopped = c.agents["n2"]
+		delete(c.agents, "n2")
+	case <-time.After(20 * time.Second):
+		t.Fatal("both agents named n2 are still running after 20s")
+	}
+	if err := stopped.Err(); err == nil || !strings.Contains(err.Error(), "name") {
+		t.Fatalf("the stopped agent says %v; want a reason naming the name conflict", err)
+	}
 }

@@ -292,3 +292,17 @@ func TestAgentStartErrorsAreOneClearLine(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondAgentOnSameSocketExits: a live agent's socket is never taken
+// over; the second agent exits 2 with one clear line.
+func TestSecondAgentOnSameSocketExits(t *testing.T) {
+	socks := startAgents(t, 1, nil)
+	_, stderr, code := tenure(t, "agent", "--bind", "127.0.0.1:0", "--peer-bind", "127.0.0.1:0",
+		"--socket", socks[0], "--data-dir", t.TempDir())
+	if code != 2 || !strings.Contains(stderr, "another agent is already serving") {
+		t.Fatalf("second agent: exit %d, %q", code, stderr)
+	}
+	if out, _, code := tenure(t, "status", "--socket", socks[0]); code != 0 || !strings.Contains(out, "n1") {
+		t.Fatalf("the first agent stopped serving: exit %d %q", code, out)
+	}
+}
