@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -161,7 +162,7 @@ func TestParseLogLine(t *testing.T) {
 
 func TestLogWriterSplitsLines(t *testing.T) {
 	logger, counts := testLogger(t, "first", "second")
-	w := logWriter{logger: logger}
+	w := &logWriter{logger: logger, repeats: map[string]*repeat{}}
 	w.Write([]byte("[WARN] serf: first\n[INFO] memberlist: second\n"))
 	if counts["first"].Load() != 1 || counts["second"].Load() != 1 {
 		t.Fatal("lines not logged separately")
@@ -210,5 +211,30 @@ func TestStrings(t *testing.T) {
 		if e.String() != want {
 			t.Errorf("%d: %q", int(e), e.String())
 		}
+	}
+}
+
+// TestLibraryWarningsAreRateLimited: a flood of one kind of warning from
+// serf or memberlist (such as a packet that fails to decrypt, for every
+// packet of a node without the key) is logged once per interval, with a
+// count of those left out.
+func TestLibraryWarningsAreRateLimited(t *testing.T) {
+	var got []string
+	w := &logWriter{logger: slog.New(slog.DiscardHandler), repeats: map[string]*repeat{}}
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 100; i++ {
+		if _, ok := w.admit(slog.LevelError, "memberlist", fmt.Sprintf("Decrypt packet failed: bad %d", i), t0.Add(time.Duration(i)*time.Millisecond)); ok {
+			got = append(got, "x")
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d of 100 identical errors logged within the interval, want 1", len(got))
+	}
+	n, ok := w.admit(slog.LevelError, "memberlist", "Decrypt packet failed: again", t0.Add(repeatInterval+time.Second))
+	if !ok || n != 99 {
+		t.Fatalf("after the interval: logged=%v suppressed=%d, want true 99", ok, n)
+	}
+	if _, ok := w.admit(slog.LevelInfo, "serf", "EventMemberJoin: n1", t0); !ok {
+		t.Fatal("info lines are never rate-limited")
 	}
 }
