@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +186,45 @@ func TestRunStopsChildOnResign(t *testing.T) {
 	}
 	second := waitChildEpoch(t, c, "n2", first, 10*time.Second)
 	t.Logf("epoch %d on n3, then %d on n2 after the resign", first, second)
+}
+
+// TestRunWarnsAboutTooLongGrace: a grace that is not well under two thirds
+// of the lease TTL is reported, since the command would never run.
+func TestRunWarnsAboutTooLongGrace(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(1)
+	c.waitLeader("n1", 10*time.Second)
+	var logs lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := supervise.Run(ctx, supervise.Config{
+		Socket:  c.agents["n1"].SocketPath(),
+		Command: []string{"true"},
+		Grace:   testTTL,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "grace is too long") {
+		t.Fatalf("no warning about --grace %v with a %v lease; logs:\n%s", testTTL, testTTL, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

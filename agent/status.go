@@ -140,6 +140,7 @@ func (a *Agent) Status() rpc.Status {
 		out.State, out.Leader, out.Reason = "no-quorum", nil, "lease expired; stepping down"
 	}
 	if quorum {
+		out.LeaseTTLMS = a.cfg.LeaseTTL.Milliseconds()
 		out.Quorum = &rpc.QuorumInfo{Have: snap.quorum.Have, Need: snap.quorum.Need}
 		if !snap.roster.IsZero() {
 			out.Roster = &rpc.RosterInfo{ClusterID: snap.roster.ClusterID, Version: snap.roster.Version, Voters: snap.roster.Names()}

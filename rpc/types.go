@@ -31,6 +31,10 @@ type Status struct {
 	// LeaseRemainingMS is how long this node's lease still runs, in
 	// milliseconds; 0 when it does not lead.
 	LeaseRemainingMS int64 `msgpack:"lease_remaining_ms" json:"lease_remaining_ms"`
+	// LeaseTTLMS is the configured lease TTL in milliseconds (quorum mode;
+	// 0 in available mode). The lease left just before a renewal is about
+	// two thirds of it.
+	LeaseTTLMS int64 `msgpack:"lease_ttl_ms" json:"lease_ttl_ms"`
 	// Members counts the live members.
 	Members int `msgpack:"members" json:"members"`
 	// State is "leader", "follower", "candidate", "no-quorum", or another

@@ -32,6 +32,8 @@ const (
 type observer struct {
 	cfg Config
 	out chan<- observation
+
+	graceChecked bool // the grace was compared with the lease TTL
 }
 
 // run connects, reports, and reconnects every RetryInterval after a
@@ -62,6 +64,7 @@ func (o *observer) session(ctx context.Context) error {
 		return err
 	}
 	defer c.Close()
+	o.checkGrace(dctx, c)
 	w, err := c.Watch(dctx)
 	if err != nil {
 		return err
@@ -69,6 +72,25 @@ func (o *observer) session(ctx context.Context) error {
 	events, stop := pump(w)
 	defer stop()
 	return o.serve(ctx, c, events)
+}
+
+// checkGrace warns, once, when the grace is not well under the lease left
+// just before a renewal (two thirds of the TTL): the command would then be
+// stopped at every renewal, or never start.
+func (o *observer) checkGrace(ctx context.Context, c *rpc.Client) {
+	if o.graceChecked {
+		return
+	}
+	st, err := c.Status(ctx)
+	if err != nil || st.LeaseTTLMS <= 0 {
+		return
+	}
+	o.graceChecked = true
+	ttl := time.Duration(st.LeaseTTLMS) * time.Millisecond
+	if o.cfg.Grace >= ttl*2/3 {
+		o.cfg.Logger.Warn("supervise: --grace is too long for the agent's lease: the command will be stopped at every renewal, or never start; keep it well under two thirds of the lease TTL",
+			"grace", o.cfg.Grace, "lease_ttl", ttl)
+	}
 }
 
 // serve reports events as they come and a status after each batch of
