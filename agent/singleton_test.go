@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -194,7 +194,7 @@ func TestRunWarnsAboutTooLongGrace(t *testing.T) {
 	c := newTestCluster(t)
 	c.startN(1)
 	c.waitLeader("n1", 10*time.Second)
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := supervise.Run(ctx, supervise.Config{
@@ -209,22 +209,4 @@ func TestRunWarnsAboutTooLongGrace(t *testing.T) {
 	if !strings.Contains(logs.String(), "grace is too long") {
 		t.Fatalf("no warning about --grace %v with a %v lease; logs:\n%s", testTTL, testTTL, logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -3,7 +3,6 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"github.com/tenurehq/tenure/internal/procgroup"
 	"github.com/tenurehq/tenure/internal/testlog"
@@ -201,24 +200,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func testLogger(t testing.TB, name string) *slog.Logger { return testlog.New(t, name+": ") }
 
-// lockedBuffer is an io.Writer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // harness runs Run against a fake agent.
 type harness struct {
 	t      *testing.T
@@ -226,7 +207,7 @@ type harness struct {
 	socket string
 	agent  *fakeAgent
 	srv    *rpc.Server
-	out    *lockedBuffer
+	out    *testlog.Buffer
 	cancel context.CancelFunc
 	result chan result
 }
@@ -240,7 +221,7 @@ type result struct {
 // command).
 func newHarness(t *testing.T) *harness {
 	dir := t.TempDir()
-	h := &harness{t: t, dir: dir, socket: filepath.Join(dir, "tenure.sock"), agent: newFakeAgent(), out: &lockedBuffer{}}
+	h := &harness{t: t, dir: dir, socket: filepath.Join(dir, "tenure.sock"), agent: newFakeAgent(), out: &testlog.Buffer{}}
 	h.srv = serve(t, h.agent, h.socket)
 	return h
 }

@@ -3,8 +3,10 @@
 package testlog
 
 import (
+	"bytes"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -32,4 +34,25 @@ func Seed(t testing.TB) uint64 {
 		h = (h ^ uint64(c)) * 1099511628211
 	}
 	return h
+}
+
+// Buffer is a bytes.Buffer safe for concurrent writers and readers, for
+// capturing a process's or a logger's output in a test.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
