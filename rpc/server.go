@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,23 +77,15 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	if c.MaxFrame != 0 && c.MaxFrame < minMaxFrame {
 		return c, fmt.Errorf("rpc: server config MaxFrame %d is below %d", c.MaxFrame, minMaxFrame)
 	}
-	c.MaxFrame = orDefault(c.MaxFrame, wire.DefaultMaxFrame)
-	c.MaxConns = orDefault(c.MaxConns, DefaultMaxConns)
-	c.Mode = orDefault(c.Mode, DefaultMode)
-	c.WriteTimeout = orDefault(c.WriteTimeout, DefaultWriteTimeout)
-	c.HandshakeTimeout = orDefault(c.HandshakeTimeout, DefaultHandshakeTimeout)
+	c.MaxFrame = cmp.Or(c.MaxFrame, wire.DefaultMaxFrame)
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.Mode = cmp.Or(c.Mode, DefaultMode)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c, nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Server serves the protocol on a Unix socket. Create it with Listen.

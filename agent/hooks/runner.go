@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,9 +59,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Hooks = hooks
-	c.Timeout = orDefault(c.Timeout, DefaultTimeout)
-	c.KillGrace = orDefault(c.KillGrace, DefaultKillGrace)
-	c.QueueLimit = orDefault(c.QueueLimit, DefaultQueueLimit)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.KillGrace = cmp.Or(c.KillGrace, DefaultKillGrace)
+	c.QueueLimit = cmp.Or(c.QueueLimit, DefaultQueueLimit)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -69,15 +70,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Env = slices.Clone(c.Env)
 	return c, nil
-}
-
-// orDefault returns v, or def when v is zero.
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // nameHooks checks hs and returns a copy in which every hook has a name of

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,10 +78,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Command = slices.Clone(c.Command)
-	c.Socket = orDefault(c.Socket, rpc.DefaultSocketPath())
-	c.Grace = orDefault(c.Grace, DefaultGrace)
-	c.RetryInterval = orDefault(c.RetryInterval, DefaultRetryInterval)
-	c.RestartDelay = orDefault(c.RestartDelay, DefaultRestartDelay)
+	c.Socket = cmp.Or(c.Socket, rpc.DefaultSocketPath())
+	c.Grace = cmp.Or(c.Grace, DefaultGrace)
+	c.RetryInterval = cmp.Or(c.RetryInterval, DefaultRetryInterval)
+	c.RestartDelay = cmp.Or(c.RestartDelay, DefaultRestartDelay)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -88,8 +89,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Env = os.Environ()
 	}
 	c.Env = slices.Clone(c.Env)
-	c.Stdout = orDefault[io.Writer](c.Stdout, os.Stdout)
-	c.Stderr = orDefault[io.Writer](c.Stderr, os.Stderr)
+	c.Stdout = cmp.Or[io.Writer](c.Stdout, os.Stdout)
+	c.Stderr = cmp.Or[io.Writer](c.Stderr, os.Stderr)
 	if c.Dial == nil {
 		c.Dial = rpc.Dial
 	}
@@ -109,15 +110,6 @@ func (c Config) validate() error {
 		return errors.New("supervise: negative Grace, RetryInterval or RestartDelay")
 	}
 	return nil
-}
-
-// orDefault returns v, or def when v is zero.
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // pollInterval is the time between two status polls.

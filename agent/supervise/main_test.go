@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"github.com/tenurehq/tenure/internal/procgroup"
 	"github.com/tenurehq/tenure/internal/testlog"
@@ -233,7 +234,7 @@ func (h *harness) run(cfg Config) {
 	cfg.Env = append(os.Environ(), "OUT="+h.dir)
 	cfg.Logger = testLogger(h.t, "supervise")
 	cfg.Stdout, cfg.Stderr = h.out, h.out
-	cfg.RetryInterval = orDefault(cfg.RetryInterval, 20*time.Millisecond)
+	cfg.RetryInterval = cmp.Or(cfg.RetryInterval, 20*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.result = cancel, make(chan result, 1)
 	go func() {
