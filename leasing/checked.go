@@ -2,8 +2,10 @@ package leasing
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"strconv"
 	"strings"
 )
@@ -41,6 +43,24 @@ func decodeChecked(header string, data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("bad header %q, want %q", truncate(head), header)
 	}
 	return body, nil
+}
+
+// readStateFile reads and decodes the state file at path. A missing file
+// gives found == false and no error; an unreadable one an error naming what
+// it is; one that decode refuses an error wrapping ErrCorrupt that names the
+// file and says what to do (advice), never a silent reset.
+func readStateFile[T any](path, what, advice string, decode func([]byte) (T, error)) (v T, found bool, err error) {
+	data, err := readBounded(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return v, false, nil
+	}
+	if err != nil {
+		return v, false, fmt.Errorf("leasing: read %s file: %w", what, err)
+	}
+	if v, err = decode(data); err != nil {
+		return v, false, fmt.Errorf("%w: %s: %v (%s)", ErrCorrupt, path, err, advice)
+	}
+	return v, true, nil
 }
 
 // parseUintLine parses a body of exactly one line "NAME N".

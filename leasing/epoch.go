@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/tenurehq/tenure/internal/fsutil"
 	"io"
-	"io/fs"
 	"os"
 	"sync"
 )
@@ -49,19 +48,13 @@ func OpenEpochStore(path string) (*EpochStore, error) { return openEpochFile(pat
 func OpenGrantStore(path string) (*EpochStore, error) { return openEpochFile(path, grantedFormat) }
 
 func openEpochFile(path string, f epochFormat) (*EpochStore, error) {
-	s := &EpochStore{path: path, format: f}
-	data, err := readBounded(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return s, nil
-	}
+	epoch, _, err := readStateFile(path, "epoch",
+		"refusing to start: an epoch reset would break fencing; restore the file or remove it only if no term was ever led with this data dir",
+		f.decode)
 	if err != nil {
-		return nil, fmt.Errorf("leasing: read epoch file: %w", err)
+		return nil, err
 	}
-	s.epoch, err = f.decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (refusing to start: an epoch reset would break fencing; restore the file or remove it only if no term was ever led with this data dir)", ErrCorrupt, path, err)
-	}
-	return s, nil
+	return &EpochStore{path: path, format: f, epoch: epoch}, nil
 }
 
 // Path returns the file the store writes.

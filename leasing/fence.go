@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tenurehq/tenure/internal/fsutil"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -319,9 +318,12 @@ func fenceFileNames(dir string, maxKeys int) ([]string, error) {
 // was derived from.
 func (k *DurableKeyedFence) load(name string) error {
 	path := filepath.Join(k.dir, name)
-	key, highest, err := readFenceFile(path)
+	key, highest, found, err := readFenceFile(path)
 	if err != nil {
 		return err
+	}
+	if !found {
+		return fmt.Errorf("leasing: fence file %s vanished while opening the fence", path)
 	}
 	if key == "" || fenceFileName(key) != name {
 		return corruptFence(path, fmt.Errorf("file holds key %q, which belongs in %s", truncate([]byte(key)), fenceFileName(key)))
@@ -414,35 +416,32 @@ func isFenceFileName(name string) bool {
 // loadFence reads the highest token of the standalone fence at path; a
 // missing file is a fresh fence.
 func loadFence(path string) (uint64, error) {
-	key, highest, err := readFenceFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
+	key, highest, _, err := readFenceFile(path)
 	if err == nil && key != "" {
 		err = corruptFence(path, fmt.Errorf("file belongs to a keyed fence (key %q)", truncate([]byte(key))))
 	}
 	return highest, err
 }
 
-// readFenceFile reads and decodes a fence file. A missing file is returned as
-// an error wrapping fs.ErrNotExist, any other failure as a "leasing: " error.
-func readFenceFile(path string) (key string, highest uint64, err error) {
-	data, err := readBounded(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", 0, err
+// readFenceFile reads and decodes a fence file; a missing one gives found
+// false.
+func readFenceFile(path string) (key string, highest uint64, found bool, err error) {
+	type fenceFile struct {
+		key     string
+		highest uint64
 	}
-	if err != nil {
-		return "", 0, fmt.Errorf("leasing: read fence file: %w", err)
-	}
-	key, highest, err = decodeFence(data)
-	if err != nil {
-		return "", 0, corruptFence(path, err)
-	}
-	return key, highest, nil
+	f, found, err := readStateFile(path, "fence", fenceAdvice, func(b []byte) (fenceFile, error) {
+		key, highest, err := decodeFence(b)
+		return fenceFile{key, highest}, err
+	})
+	return f.key, f.highest, found, err
 }
 
+// fenceAdvice says what to do about a corrupt fence file.
+const fenceAdvice = "refusing to open the fence: a fence reset to 0 would admit a deposed leader's writes; restore the file, or remove it only if no fenced write was ever accepted with this data"
+
 func corruptFence(path string, err error) error {
-	return fmt.Errorf("%w: %s: %v (refusing to open the fence: a fence reset to 0 would admit a deposed leader's writes; restore the file, or remove it only if no fenced write was ever accepted with this data)", ErrCorrupt, path, err)
+	return fmt.Errorf("%w: %s: %v (%s)", ErrCorrupt, path, err, fenceAdvice)
 }
 
 // encodeFence renders a fence file in the checked format (see encodeChecked):

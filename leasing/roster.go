@@ -4,10 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/tenurehq/tenure/internal/fsutil"
-	"io/fs"
 	"slices"
 	"sort"
 	"strings"
@@ -157,18 +155,13 @@ type RosterStore struct {
 // OpenRosterStore reads the roster file at path; a missing file is the zero
 // roster, a corrupt one an error wrapping ErrCorrupt that names the file.
 func OpenRosterStore(path string) (*RosterStore, error) {
-	s := &RosterStore{path: path}
-	data, err := readBounded(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return s, nil
-	}
+	r, _, err := readStateFile(path, "roster",
+		"refusing to start: restore the file, or remove it only to re-admit this node as a fresh one",
+		decodeRoster)
 	if err != nil {
-		return nil, fmt.Errorf("leasing: read roster file: %w", err)
+		return nil, err
 	}
-	if s.roster, err = decodeRoster(data); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v (refusing to start: restore the file, or remove it only to re-admit this node as a fresh one)", ErrCorrupt, path, err)
-	}
-	return s, nil
+	return &RosterStore{path: path, roster: r}, nil
 }
 
 // Roster returns the stored roster.
