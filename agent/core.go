@@ -42,10 +42,12 @@ type core struct {
 	round *leasing.Round // acquire or renew round in flight
 	lease struct {
 		epoch    uint64    // the term being led; 0 when none
+		acting   bool      // the machine led the term (it may have acted)
 		deadline time.Time // end of validity on this node's clock
 		renewAt  time.Time
 		roster   leasing.Roster // the roster of the last won round
 	}
+	stopping    *pendingStop    // a term ended whose release waits for local work to stop
 	change      *rosterChange   // roster step in flight (leader)
 	changeRetry time.Time       // no new step before
 	pushAt      time.Time       // next push of the roster to lagging members

@@ -69,6 +69,7 @@ func (c *core) evaluate(now time.Time) {
 		c.lease.epoch = rd.Epoch
 		c.extend(rd)
 		c.m.Acquired(now, rd.Epoch)
+		c.lease.acting = c.leading() // an unwanted term is released at once
 	case rd.Kind == leasing.Acquire:
 		c.noQuorum = "no quorum: " + describeRefusals(rd)
 		c.sendRelease(now, rd.Epoch, rd.Roster)
@@ -96,6 +97,9 @@ func (c *core) extend(rd *leasing.Round) {
 // concludes a round whose budget ran out.
 func (c *core) checkLease(now time.Time) {
 	c.evaluate(now)
+	if c.stopping != nil && !now.Before(c.stopping.deadline) {
+		c.stopping = nil // the promises run out by themselves now
+	}
 	if !c.quorumMode() || c.lease.epoch == 0 || !c.leading() {
 		return
 	}
@@ -112,18 +116,55 @@ func (c *core) checkLease(now time.Time) {
 }
 
 // release drops the lease of epoch, telling the voters so the next leader
-// need not wait for the promises to expire.
+// need not wait for the promises to expire. A term this node led with a
+// lease still valid ends in two steps: it stops leading now (status,
+// events), and the release waits until the driver reports that local work
+// for the term has stopped (stopped), so the next leader's work cannot start
+// while this node's still runs. A term that never led (a lost or unwanted
+// acquire) releases at once.
 func (c *core) release(now time.Time, epoch uint64) {
+	deferred := false
 	if c.lease.epoch == epoch {
-		c.lease.epoch = 0
+		deferred = c.quorumMode() && c.lease.acting && now.Before(c.lease.deadline)
+		if deferred {
+			c.stopping = &pendingStop{epoch: epoch, roster: c.lease.roster, deadline: c.lease.deadline}
+		}
+		c.lease.epoch, c.lease.acting = 0, false
 		c.lease.deadline = time.Time{}
 	}
 	if c.round != nil && c.round.Epoch == epoch {
 		c.round = nil
 	}
-	if c.quorumMode() {
+	if c.quorumMode() && !deferred {
 		c.sendRelease(now, epoch, c.roster())
 	}
+}
+
+// pendingStop is a term this node stopped leading whose release waits for
+// the local work of the term (tenure run children, hooks) to stop.
+type pendingStop struct {
+	epoch    uint64
+	roster   leasing.Roster
+	deadline time.Time // the term's lease deadline: no release is needed after it
+}
+
+// stopPending returns the epoch of a term whose release waits for stopped.
+func (c *core) stopPending() (uint64, bool) {
+	if c.stopping == nil {
+		return 0, false
+	}
+	return c.stopping.epoch, true
+}
+
+// stopped reports that the local work of term epoch has stopped: the
+// release goes out now. A report for another term is ignored.
+func (c *core) stopped(now time.Time, epoch uint64) {
+	p := c.stopping
+	if p == nil || p.epoch != epoch {
+		return
+	}
+	c.stopping = nil
+	c.sendRelease(now, epoch, p.roster)
 }
 
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {

@@ -114,6 +114,9 @@ func (a *Agent) flush() *sync.WaitGroup {
 		a.fail(err)
 		return &sent
 	}
+	if epoch, ok := a.core.stopPending(); ok {
+		a.core.stopped(a.cfg.Clock.Now(), epoch) // no local stop barrier yet
+	}
 	for _, msg := range a.core.ready() {
 		a.send(msg, &sent)
 	}
