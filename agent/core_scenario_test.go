@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"cmp"
+	"flag"
 	"fmt"
 	"github.com/tenurehq/tenure/internal/testlog"
 	"strings"
@@ -63,7 +65,7 @@ func TestNewVoterCannotHelpMinority(t *testing.T) {
 	s.addNodes(5)
 	s.waitLeader(10 * time.Second)
 	s.partition([]string{"n1", "n2"}, []string{"n3", "n4", "n5"})
-	s.nodes["n9"] = &cnode{name: "n9", id: 9, rate: 1, voter: true, epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}}
+	s.nodes["n9"] = s.newNode("n9", 9)
 	s.order = append(s.order, "n9")
 	s.boot("n9", 5)
 	s.partition([]string{"n1", "n2"}, []string{"n9"})
@@ -140,62 +142,143 @@ func TestCrashWaitsForPromise(t *testing.T) {
 	}
 }
 
+// schedules is how many random schedules TestRandomQuorumSchedules runs
+// (0: 400, or 30 with -short); go test ./agent -run RandomQuorum
+// -schedules=5000 for a long run.
+var schedules = flag.Int("schedules", 0, "random schedules for TestRandomQuorumSchedules")
+
 // TestRandomQuorumSchedules runs many random schedules of crashes, restarts
-// (with and without the disk of one node), partitions (halves, isolating the
-// leader, one-way cuts), message loss, pauses and resigns, with clock rates
-// within the drift bound. check() asserts I1, I2 and I3 after every step;
-// at the end the network heals and a leader must follow within one TTL
-// plus an election (I5).
+// (with and without the disk of one node), failing disks, partitions
+// (halves, isolating the leader, one-way cuts), peer links cut while gossip
+// still sees both ends, message loss, delays beyond a TTL, duplicates,
+// pauses, resigns, clock rates that change within the drift bound, and
+// nodes with different TTLs, with a tenure run supervisor on every node.
+// check() asserts I1, I2, I3 and that no two commands run at once after
+// every step; at the end the network heals (sometimes but for one node cut
+// off from all peers but one) and a leader must follow within one TTL plus
+// an election, and still be there a while later (I5).
 func TestRandomQuorumSchedules(t *testing.T) {
-	runs := 400
-	if testing.Short() {
+	runs := cmp.Or(*schedules, 400)
+	if testing.Short() && *schedules == 0 {
 		runs = 30
 	}
 	for i := range runs {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			seed := testlog.Seed(t)
-			defer func() {
-				if t.Failed() {
-					t.Logf("seed %d", seed)
-				}
-			}()
-			s := newCsim(t, seed)
-			s.addNodes(3 + i%3)
-			wiped := false
-			for range 30 {
-				s.randomFault(&wiped)
-				s.randomMembership()
-				s.run(time.Duration(s.rand.IntN(2000)) * time.Millisecond)
-			}
-			s.heal()
-			s.drop = 0
-			for _, name := range s.order {
-				if n := s.nodes[name]; !n.up && !n.left {
-					s.boot(name, s.expectFor(name))
-				}
-				s.nodes[name].paused = false
-			}
-			s.syncViews()
-			if _, _, ok := s.tryLeader(2*s.ttl + 10*time.Second); !ok {
-				if s.beyondTolerance() {
-					t.Logf("no leader, as expected: more voters lost than the roster tolerates\n%s", s.dump())
-					return
-				}
-				t.Fatalf("no leader after healing\n%s", s.dump())
-			}
-			for range 10 { // an operator repeats force-leave until it is done
-				s.reforce()
-				s.run(time.Second)
-			}
-			s.checkRosterConverged()
-		})
+		t.Run(fmt.Sprint(i), func(t *testing.T) { runSchedule(t, i, false) })
 	}
+}
+
+// TestRandomSchedulesFindEagerRelease replays the old driver, which sent a
+// term's release before its tenure run command had stopped: the random
+// schedules must find the overlap (docs/RELIABILITY.md).
+func TestRandomSchedulesFindEagerRelease(t *testing.T) {
+	found := 0
+	for i := range 20 {
+		ft := &fakeT{TB: t, name: fmt.Sprintf("%s/%d", t.Name(), i)}
+		func() {
+			defer func() { recover() }()
+			runSchedule(ft, i, true)
+		}()
+		if ft.failed && strings.Contains(ft.msg, "tenure run: commands of") {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Fatal("no schedule found two tenure run commands at once with the eager release")
+	}
+	t.Logf("%d of 20 schedules found the overlap", found)
+}
+
+func runSchedule(t testing.TB, i int, eager bool) {
+	seed := testlog.Seed(t)
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	}()
+	s := newCsim(t, seed)
+	s.eagerRelease = eager
+	n := 3 + i%3
+	s.addNodesWith(n, func(k int, nd *cnode) {
+		if i%4 == 1 && s.rand.IntN(2) == 0 {
+			nd.ttl = 2 * s.ttl // a rolling change of --lease-ttl
+		}
+	})
+	wiped := false
+	for range 30 {
+		s.randomFault(&wiped)
+		s.randomMembership()
+		s.run(time.Duration(s.rand.IntN(2000)) * time.Millisecond)
+	}
+	s.finalPhase()
+}
+
+// finalPhase heals everything (sometimes leaving one node's peer links cut
+// but for one neighbour, with gossip still seeing it), restarts the nodes
+// that are down, and checks I5: a leader within a bound, still there later.
+func (s *csim) finalPhase() {
+	s.heal()
+	s.drop, s.slow, s.dup = 0, 0, 0
+	for _, name := range s.order {
+		n := s.nodes[name]
+		n.epochs.failed, n.grants.failed = false, false
+		if !n.up && !n.left {
+			s.boot(name, s.expectFor(name))
+		}
+		s.nodes[name].paused = false
+	}
+	if s.rand.IntN(2) == 0 {
+		s.cutOff = s.order[s.rand.IntN(len(s.order))]
+		s.isolatePeers(s.cutOff)
+	}
+	s.syncViews()
+	bound := 2*s.maxTTL() + 10*time.Second
+	if _, _, ok := s.tryLeader(bound); !ok {
+		if s.beyondTolerance() {
+			s.t.Logf("no leader, as expected: more voters lost than the roster tolerates\n%s", s.dump())
+			return
+		}
+		s.t.Fatalf("no leader after healing\n%s", s.dump())
+	}
+	for range 10 { // an operator repeats force-leave until it is done
+		s.reforce()
+		s.run(time.Second)
+	}
+	if _, _, ok := s.tryLeader(bound); !ok {
+		s.t.Fatalf("the leader elected after healing did not last\n%s", s.dump())
+	}
+	if len(s.peerCut) == 0 {
+		s.checkRosterConverged()
+	}
+}
+
+// isolatePeers cuts x's peer links to every node but one, both ways, while
+// gossip sees x alive: the rest stay connected (a majority when x is not
+// needed for one).
+func (s *csim) isolatePeers(x string) {
+	keep := x
+	for keep == x {
+		keep = s.order[s.rand.IntN(len(s.order))]
+	}
+	for _, y := range s.order {
+		if y != x && y != keep {
+			s.cutPeers(x, y, false)
+		}
+	}
+}
+
+func (s *csim) maxTTL() time.Duration {
+	d := s.ttl
+	for _, n := range s.nodes {
+		d = max(d, n.ttl)
+	}
+	return d
 }
 
 func (s *csim) randomFault(wiped *bool) {
 	name := s.order[s.rand.IntN(len(s.order))]
+	other := s.order[s.rand.IntN(len(s.order))]
 	n := s.nodes[name]
-	switch s.rand.IntN(9) {
+	switch s.rand.IntN(14) {
 	case 0:
 		s.crash(name)
 	case 1:
@@ -204,6 +287,7 @@ func (s *csim) randomFault(wiped *bool) {
 				s.wipe(name) // a minority (here: one node) may lose its disk
 				*wiped = true
 			}
+			n.epochs.failed, n.grants.failed = false, false // a new disk, or a repaired one
 			s.boot(name, s.expectFor(name))
 		}
 	case 2:
@@ -229,7 +313,6 @@ func (s *csim) randomFault(wiped *bool) {
 			s.partition([]string{l}, rest)
 		}
 	case 4:
-		other := s.order[s.rand.IntN(len(s.order))]
 		if other != name {
 			s.cutOneWay(name, other)
 		}
@@ -248,6 +331,21 @@ func (s *csim) randomFault(wiped *bool) {
 		if n.up && !n.paused {
 			_ = n.c.resign(s.local(n, s.now))
 			s.collect(name)
+		}
+	case 9:
+		s.setRate(n, s.driftRate())
+	case 10:
+		if other != name {
+			s.cutPeers(name, other, s.rand.IntN(2) == 0)
+		}
+	case 11:
+		s.isolatePeers(name)
+	case 12:
+		s.slow = []float64{0, 0.01, 0.05}[s.rand.IntN(3)]
+		s.dup = []float64{0, 0.02, 0.1}[s.rand.IntN(3)]
+	case 13:
+		if s.canLose(name) {
+			n.epochs.failed, n.grants.failed = true, true // the disk fails from now on
 		}
 	}
 }
@@ -339,7 +437,7 @@ func (s *csim) reforce() {
 func (s *csim) beyondTolerance() bool {
 	return !s.newestRoster().Satisfied(func(v leasing.Node) bool {
 		n := s.nodes[v.Name]
-		return n.up && !n.left && !n.c.amnesiac
+		return n.up && !n.left && !n.c.amnesiac && v.Name != s.cutOff
 	})
 }
 
@@ -366,8 +464,7 @@ func (s *csim) expectFor(name string) int {
 
 // join adds a fresh voter that joins the running cluster (no --expect).
 func (s *csim) join(name string) {
-	s.nodes[name] = &cnode{name: name, id: uint64(len(s.order) + 1), rate: 1 + (s.rand.Float64()-0.5)*0.0099,
-		voter: true, epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}}
+	s.nodes[name] = s.newNode(name, uint64(len(s.order)+1))
 	s.order = append(s.order, name)
 	s.boot(name, 0)
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,28 +19,50 @@ import (
 // links one way. Each node's clock runs at its own rate. After every step it
 // checks the invariants (see check).
 type csim struct {
-	t       *testing.T
+	t       testing.TB
 	rand    *rand.Rand
 	start   time.Time
 	now     time.Time // global (real) time
 	step    time.Duration
 	nodes   map[string]*cnode
 	order   []string
-	cut     map[[2]string]bool
+	cut     map[[2]string]bool // gossip and peer messages cut (a→b)
+	peerCut map[[2]string]bool // peer messages only: gossip still sees both
 	drop    float64
+	slow    float64 // share of messages delayed up to two TTLs
+	dup     float64 // share of messages delivered twice
 	queue   []flight
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
+
+	cutOff string // the node finalPhase cut off from all peers but one
+
+	// eagerRelease replays the old driver: a term's release leaves as soon
+	// as the core asks, before its tenure run child has stopped.
+	eagerRelease bool
 
 	terms map[uint64]string // epoch → the node that led it
 }
 
 type cnode struct {
-	name    string
-	id      uint64
-	rate    float64 // clock rate
-	offset  time.Duration
-	voter   bool
+	name  string
+	id    uint64
+	rate  float64   // clock rate since gbase
+	lbase time.Time // the node's clock at global time gbase
+	gbase time.Time
+	ttl   time.Duration // its --lease-ttl
+	voter bool
+	// promise is the last promise its voter was seen to hold (holder and
+	// expiry on its clock). It survives restarts and lost disks, as the
+	// promise does in the world outside the node: I3 is checked against
+	// it, not against the node's own idea of its startup hold.
+	promise struct {
+		holder string
+		until  time.Time
+		life   int // the boot in which it was given
+	}
+	boots   int    // how often it has started
+	run     runner // its tenure run supervisor
 	c       *core
 	up      bool
 	paused  bool
@@ -59,10 +82,19 @@ type flight struct {
 	reply    bool
 }
 
-type memStore struct{ epoch uint64 }
+// errDisk is a failed write of a simulated disk.
+var errDisk = errors.New("simulated disk failure")
+
+type memStore struct {
+	epoch  uint64
+	failed bool // the disk fails every write from now on
+}
 
 func (m *memStore) Epoch() uint64 { return m.epoch }
 func (m *memStore) Raise(e uint64) error {
+	if e > m.epoch && m.failed {
+		return errDisk
+	}
 	m.epoch = max(m.epoch, e)
 	return nil
 }
@@ -72,35 +104,68 @@ type memRoster struct{ r leasing.Roster }
 func (m *memRoster) Roster() leasing.Roster      { return m.r }
 func (m *memRoster) Save(r leasing.Roster) error { m.r = r; return nil }
 
-func newCsim(t *testing.T, seed uint64) *csim {
+// runner is a tenure run supervisor: it starts the node's command while the
+// node leads with more than grace left, and stops it when the term ends or
+// the lease gets within grace of its end; stopping takes the child's
+// SIGTERM handler up to grace (then it is killed).
+type runner struct {
+	grace   time.Duration
+	term    uint64
+	running bool
+	stopAt  time.Time // global time its child will have stopped; zero when not stopping
+}
+
+func newCsim(t testing.TB, seed uint64) *csim {
 	return &csim{
-		t:     t,
-		rand:  rand.New(rand.NewPCG(seed, seed*7+1)),
-		start: time.Unix(10000, 0),
-		now:   time.Unix(10000, 0),
-		step:  10 * time.Millisecond,
-		nodes: map[string]*cnode{},
-		cut:   map[[2]string]bool{},
-		ttl:   2 * time.Second,
-		terms: map[uint64]string{},
+		t:       t,
+		rand:    rand.New(rand.NewPCG(seed, seed*7+1)),
+		start:   time.Unix(10000, 0),
+		now:     time.Unix(10000, 0),
+		step:    10 * time.Millisecond,
+		nodes:   map[string]*cnode{},
+		cut:     map[[2]string]bool{},
+		peerCut: map[[2]string]bool{},
+		ttl:     2 * time.Second,
+		terms:   map[uint64]string{},
 	}
 }
 
-// local is node n's clock at global time t: its own rate, its own offset.
+// local is node n's clock at global time t: its own rate since gbase.
 func (s *csim) local(n *cnode, t time.Time) time.Time {
-	return s.start.Add(n.offset + time.Duration(float64(t.Sub(s.start))*n.rate))
+	return n.lbase.Add(time.Duration(float64(t.Sub(n.gbase)) * n.rate))
+}
+
+// driftRate is a clock rate such that any two differ by less than 1%.
+func (s *csim) driftRate() float64 { return 1 + (s.rand.Float64()-0.5)*0.0099 }
+
+// setRate changes n's clock rate from now on (its clock stays continuous).
+func (s *csim) setRate(n *cnode, rate float64) {
+	n.lbase, n.gbase, n.rate = s.local(n, s.now), s.now, rate
+}
+
+// newNode makes a node with a random clock rate and offset, the
+// simulation's TTL, and a tenure run grace of an eighth of it.
+func (s *csim) newNode(name string, id uint64) *cnode {
+	n := &cnode{name: name, id: id, rate: s.driftRate(), voter: true, ttl: s.ttl,
+		gbase: s.now, lbase: s.now.Add(time.Duration(s.rand.IntN(1000)) * time.Hour),
+		epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}}
+	n.run.grace = s.ttl / 8
+	return n
 }
 
 // addNodes adds n1..nN (IDs 1..N), voters bootstrapping a roster of all N,
 // with clock rates spread within the drift bound.
-func (s *csim) addNodes(n int) {
+func (s *csim) addNodes(n int) { s.addNodesWith(n, nil) }
+
+// addNodesWith is addNodes with each node adjusted by set before it boots.
+func (s *csim) addNodesWith(n int, set func(i int, nd *cnode)) {
 	s.initial = n
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("n%d", i)
-		rate := 1 + (s.rand.Float64()-0.5)*0.0099 // |rate_i − rate_j| < 1%
-		s.nodes[name] = &cnode{name: name, id: uint64(i), rate: rate, voter: true,
-			offset: time.Duration(s.rand.IntN(1000)) * time.Hour,
-			epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}}
+		s.nodes[name] = s.newNode(name, uint64(i))
+		if set != nil {
+			set(i, s.nodes[name])
+		}
 		s.order = append(s.order, name)
 	}
 	for _, name := range s.order {
@@ -112,7 +177,7 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 	e := LocalElection()
 	e.Rand = rand.New(rand.NewPCG(s.rand.Uint64(), s.rand.Uint64()))
 	e.Preempt = true
-	lt := leasing.DefaultTiming().WithTTL(s.ttl)
+	lt := leasing.DefaultTiming().WithTTL(n.ttl)
 	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: true, Voter: n.voter,
 		Consistency: Quorum, Lease: lt, Expect: expect, Election: e}
 }
@@ -125,10 +190,18 @@ func (s *csim) boot(name string, expect int) {
 		s.t.Fatal(err)
 	}
 	n.c, n.up, n.paused = c, true, false
+	n.boots++
 	s.syncViews()
 }
 
-func (s *csim) crash(name string) { s.nodes[name].up = false; s.syncViews() }
+// crash stops a node at once. Its tenure run supervisor loses the agent and
+// stops the command (within its grace).
+func (s *csim) crash(name string) {
+	n := s.nodes[name]
+	n.up = false
+	s.stopRunner(n)
+	s.syncViews()
+}
 
 // wipe loses a node's disk. The per-voter record of grants goes with it:
 // what must survive a minority of lost disks is that no two terms share an
@@ -155,7 +228,20 @@ func (s *csim) partition(a, b []string) {
 
 func (s *csim) cutOneWay(from, to string) { s.cut[[2]string{from, to}] = true; s.syncViews() }
 
-func (s *csim) heal() { s.cut = map[[2]string]bool{}; s.syncViews() }
+func (s *csim) heal() {
+	s.cut, s.peerCut = map[[2]string]bool{}, map[[2]string]bool{}
+	s.syncViews()
+}
+
+// cutPeers cuts the peer messages between a and b (both ways unless
+// oneWay) while gossip still lists both as alive: memberlist's indirect
+// probes get through where the direct TCP connection does not.
+func (s *csim) cutPeers(a, b string, oneWay bool) {
+	s.peerCut[[2]string{a, b}] = true
+	if !oneWay {
+		s.peerCut[[2]string{b, a}] = true
+	}
+}
 
 // syncViews gives every running node the nodes it can reach both ways.
 func (s *csim) syncViews() {
@@ -183,16 +269,56 @@ func (s *csim) syncViews() {
 func (s *csim) collect(name string) {
 	n := s.nodes[name]
 	if n.c.failed != nil {
-		s.t.Fatalf("%s: %v", name, n.c.failed)
+		if !errors.Is(n.c.failed, errDisk) {
+			s.t.Fatalf("%s: %v", name, n.c.failed)
+		}
+		s.crash(name) // the agent stops when it cannot persist
+		return
+	}
+	if e, ok := n.c.stopPending(); ok && s.eagerRelease {
+		n.c.stopped(s.local(n, s.now), e)
 	}
 	for _, m := range n.c.ready() {
-		s.queue = append(s.queue, flight{from: name, to: m.to.Name, env: m.env, at: s.now.Add(s.delay())})
+		s.send(flight{from: name, to: m.to.Name, env: m.env})
 	}
+	s.notePromise(n)
 	s.recordTerm(n)
 }
 
-func (s *csim) delay() time.Duration { return time.Duration(1+s.rand.IntN(30)) * time.Millisecond }
+// send queues f with a random delay, sometimes twice.
+func (s *csim) send(f flight) {
+	f.at = s.now.Add(s.delay())
+	s.queue = append(s.queue, f)
+	if s.dup > 0 && s.rand.Float64() < s.dup {
+		f.at = s.now.Add(s.delay())
+		s.queue = append(s.queue, f)
+	}
+}
 
+// delay is a message's delay: mostly 1–30 ms, sometimes up to two TTLs.
+func (s *csim) delay() time.Duration {
+	if s.slow > 0 && s.rand.Float64() < s.slow {
+		return time.Duration(1 + s.rand.Int64N(int64(2*s.ttl)))
+	}
+	return time.Duration(1+s.rand.IntN(30)) * time.Millisecond
+}
+
+// notePromise records the promise n's voter holds now, if it is new.
+func (s *csim) notePromise(n *cnode) {
+	if n.c.grants == nil || !n.up {
+		return
+	}
+	now := s.local(n, s.now)
+	h, until, ok := n.c.grants.Promise(now)
+	switch {
+	case ok:
+		n.promise.holder, n.promise.until, n.promise.life = h.Name, until, n.boots
+	case n.promise.life == n.boots:
+		// Released by its holder in this life of the voter: gone. A
+		// promise forgotten by a restart or a lost disk is not.
+		n.promise.holder = ""
+	}
+}
 func (s *csim) recordTerm(n *cnode) {
 	st := n.c.m.Status()
 	if st.State != bully.StateLeader {
@@ -232,19 +358,60 @@ func (s *csim) tick() {
 			s.collect(name)
 		}
 	}
+	for _, name := range s.order {
+		s.supervise(s.nodes[name])
+	}
 	s.check()
+}
+
+// supervise runs n's tenure run supervisor for one step: it reads the
+// node's status (as the real one does over the socket), starts the command
+// for a term it leads with more than grace left, stops it otherwise, and
+// tells the agent once a stopped term's command is gone.
+func (s *csim) supervise(n *cnode) {
+	r := &n.run
+	if !r.stopAt.IsZero() {
+		if s.now.Before(r.stopAt) {
+			return
+		}
+		r.running, r.stopAt = false, time.Time{}
+	}
+	lead := false
+	if n.up {
+		now := s.local(n, s.now)
+		lead = n.c.leaseValid(now) && n.c.leaseRemaining(now) > r.grace
+	}
+	switch {
+	case r.running && (!lead || n.c.lease.epoch != r.term):
+		s.stopRunner(n)
+	case !r.running && lead:
+		r.running, r.term = true, n.c.lease.epoch
+	case !r.running && n.up && !n.paused:
+		if e, ok := n.c.stopPending(); ok {
+			n.c.stopped(s.local(n, s.now), e)
+			s.collect(n.name)
+		}
+	}
+}
+
+// stopRunner starts stopping n's command: its SIGTERM handler takes a
+// random time up to the grace, after which it would be killed.
+func (s *csim) stopRunner(n *cnode) {
+	if r := &n.run; r.running && r.stopAt.IsZero() {
+		r.stopAt = s.now.Add(time.Duration(1 + s.rand.Int64N(int64(r.grace))))
+	}
 }
 
 func (s *csim) deliver(f flight) {
 	to := s.nodes[f.to]
-	if !s.reach(f.from, f.to) || to.paused || (s.drop > 0 && s.rand.Float64() < s.drop) {
+	if !s.reach(f.from, f.to) || s.peerCut[[2]string{f.from, f.to}] || to.paused || (s.drop > 0 && s.rand.Float64() < s.drop) {
 		return
 	}
 	reply := to.c.receive(s.local(to, s.now), f.env)
 	s.noteGrant(to, f.env, reply)
 	s.collect(f.to)
-	if reply != nil && !f.reply {
-		s.queue = append(s.queue, flight{from: f.to, to: f.from, env: *reply, at: s.now.Add(s.delay()), reply: true})
+	if reply != nil && !f.reply && to.up {
+		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true})
 	}
 }
 
@@ -277,24 +444,28 @@ func (s *csim) check() {
 	if len(holders) > 1 {
 		s.t.Fatalf("I1: %v all hold valid leases at %v\n%s", holders, s.now.Sub(s.start), s.dump())
 	}
+	var running []string
+	for _, name := range s.order {
+		if r := s.nodes[name].run; r.running {
+			running = append(running, fmt.Sprintf("%s(term %d)", name, r.term))
+		}
+	}
+	if len(running) > 1 {
+		s.t.Fatalf("tenure run: commands of %v run at once at %v\n%s", running, s.now.Sub(s.start), s.dump())
+	}
 }
 
+// checkBacked checks I3 against the promises the voters gave, as the world
+// outside each node knows them: a voter backs l while the last promise it
+// was seen to give is to l and has not run out on its clock, whether or not
+// it has since crashed, restarted or lost its disk. A voter's restart hold
+// is not trusted: if it fails, the voter's next promise shows it.
 func (s *csim) checkBacked(l *cnode) {
 	r := l.c.lease.roster // the roster its lease was granted under
 	backed := map[string]bool{}
 	for _, v := range r.Members() {
 		n := s.nodes[v.Name]
-		now := s.local(n, s.now)
-		switch {
-		case !n.up, n.c.grants == nil, n.c.roster().IsZero():
-			backed[v.Name] = true // down, or knows no roster: grants to nobody
-		case n.c.amnesiac && now.Before(n.c.holdEnd):
-			backed[v.Name] = true
-		case n.c.grants.HoldsPromiseFor(now, leasing.Node{ID: l.id, Name: l.name}):
-			backed[v.Name] = true
-		case n.c.grants.Holding(now):
-			backed[v.Name] = true // restarted and holding
-		}
+		backed[v.Name] = n.promise.holder == l.name && s.local(n, s.now).Before(n.promise.until)
 	}
 	if !r.Satisfied(func(v leasing.Node) bool { return backed[v.Name] }) {
 		s.t.Fatalf("I3: %s believes it leads, but only %v back it under %v\n%s", l.name, backed, r, s.dump())
@@ -365,6 +536,32 @@ func (s *csim) dump() string {
 		cuts = append(cuts, k[0]+">"+k[1])
 	}
 	sort.Strings(cuts)
-	fmt.Fprintf(&b, "  cut: %v\n", cuts)
+	var peerCuts []string
+	for k := range s.peerCut {
+		peerCuts = append(peerCuts, k[0]+">"+k[1])
+	}
+	sort.Strings(peerCuts)
+	fmt.Fprintf(&b, "  cut: %v peer-only: %v\n", cuts, peerCuts)
 	return b.String()
 }
+
+// fakeT records the first failure of a schedule that is expected to fail
+// (a replay of old, broken behaviour), and stops it there.
+type fakeT struct {
+	testing.TB
+	name   string
+	failed bool
+	msg    string
+}
+
+func (f *fakeT) Name() string { return f.name }
+
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+	panic(f)
+}
+
+func (f *fakeT) Fatal(args ...any)   { f.Fatalf("%s", fmt.Sprint(args...)) }
+func (f *fakeT) Failed() bool        { return f.failed }
+func (f *fakeT) Logf(string, ...any) {}
+func (f *fakeT) Helper()             {}
