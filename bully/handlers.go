@@ -7,13 +7,14 @@ import (
 
 // onElection answers a lower node's ELECTION, and starts this node's own
 // election if no leader is known (the bully rule: a live higher node takes
-// the election over). A node that cannot lead, or holds after a resign,
-// stays silent so the sender does not wait on it.
+// the election over). A node that cannot lead (not eligible, or cut off
+// from a majority of the voters), or holds after a resign, stays silent so
+// the sender does not wait on it.
 func (m *Machine) onElection(now time.Time, msg Message) *Message {
 	if m.leader == msg.From {
 		m.forgetLeader(now) // a node that campaigns does not lead
 	}
-	if !m.cfg.Self.Eligible || now.Before(m.holdUntil) {
+	if !m.cfg.Self.Eligible || m.cutOff || now.Before(m.holdUntil) {
 		return nil
 	}
 	reply := m.stamp(Message{Type: MsgAnswer, To: msg.From, Leader: m.leader, Term: m.term})
@@ -24,8 +25,13 @@ func (m *Machine) onElection(now time.Time, msg Message) *Message {
 }
 
 // onAnswer defers to the higher node that answered: follow the leader it
-// names, or wait for its COORDINATOR.
+// names, or wait for its COORDINATOR. A leader records the answer of a
+// higher node to its COORDINATOR as a claim (see checkPreempt).
 func (m *Machine) onAnswer(now time.Time, msg Message) {
+	if m.state == StateLeader && m.cfg.Self.Less(msg.From) && m.isLive(msg.From) {
+		m.claim(now, msg.From)
+		return
+	}
 	m.conflict(now, msg.Leader, msg.Term, false)
 	if m.state != StateElecting {
 		return
@@ -60,7 +66,7 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 		return nil
 	}
 	m.follow(now, l, term)
-	if m.cfg.Preempt && m.cfg.Self.Eligible && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) {
+	if m.cfg.Preempt && m.cfg.Self.Eligible && m.mayClaim && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) {
 		reply := m.stamp(Message{Type: MsgAnswer, To: l, Leader: l, Term: term})
 		return &reply
 	}
@@ -139,7 +145,7 @@ func (m *Machine) timeout(now time.Time) {
 		if !m.leader.IsZero() || !m.cfg.Self.Eligible {
 			return
 		}
-		if now.Before(m.holdUntil) {
+		if now.Before(m.holdUntil) || m.cutOff {
 			m.scheduleCampaign(now)
 			return
 		}
@@ -179,14 +185,24 @@ func (m *Machine) win() {
 	m.ready.Acquire = m.epoch
 }
 
-// checkPreempt makes the leader yield to a higher eligible node that has been
-// live for Stabilization.
+// checkPreempt makes the leader yield to a higher eligible node that has
+// been live, and claimed leadership in answer to every COORDINATOR, for
+// Stabilization. Gossip's word that a node is alive is not enough: a node
+// cut off from the voters (or frozen) does not claim, and yielding to it
+// would leave the cluster without a leader.
 func (m *Machine) checkPreempt(now time.Time) {
 	if !m.cfg.Preempt {
 		return
 	}
 	for _, p := range m.higher(now) {
+		c, ok := m.claims[p.Name]
+		if !ok || now.Sub(c.last) > m.claimGap() {
+			continue
+		}
 		since := p.since
+		if c.since.After(since) {
+			since = c.since
+		}
 		if until, ok := m.held[p.Name]; ok && until.After(since) {
 			since = until
 		}
@@ -197,9 +213,27 @@ func (m *Machine) checkPreempt(now time.Time) {
 	}
 }
 
+// claimGap is the longest silence between two answers of one claim: two
+// announce intervals and an election timeout, so one lost answer does not
+// break it.
+func (m *Machine) claimGap() time.Duration {
+	return 2*m.cfg.AnnounceInterval + m.cfg.ElectionTimeout
+}
+
+// claim records an answer of higher node n to this leader's COORDINATOR.
+func (m *Machine) claim(now time.Time, n Node) {
+	c, ok := m.claims[n.Name]
+	if !ok || now.Sub(c.last) > m.claimGap() {
+		c.since = now
+	}
+	c.last = now
+	m.claims[n.Name] = c
+}
+
 // stepDown ends this node's term: release the lease, tell everyone, and
 // schedule the next campaign (after the hold, if hold).
 func (m *Machine) stepDown(now time.Time, hold bool) {
+	clear(m.claims)
 	m.ready.Release = m.term
 	m.broadcast(Message{Type: MsgResign, Leader: m.cfg.Self.Node, Term: m.term, Hold: hold})
 	m.state = StateFollower

@@ -22,7 +22,18 @@ type Machine struct {
 	// won: alive to gossip but not taking part (frozen, or cut off from the
 	// peer transport). They are left out of elections and preemption until
 	// they send this node a message, or for two stabilisation delays.
-	silent    map[string]time.Time
+	silent map[string]time.Time
+	// claims are higher nodes that answered this leader's COORDINATOR
+	// ("I outrank you and can lead"): a leader preempts only for a node
+	// that has kept claiming for Stabilization.
+	claims map[string]claim
+	// cutOff: the driver found this node unable to reach a majority of the
+	// voters (SetReach). It then neither campaigns nor answers ELECTIONs,
+	// so lower nodes that can lead are not held back by it.
+	cutOff bool
+	// mayClaim: the driver has fresh proof that this node reaches a
+	// majority; only then does it claim leadership from a lower leader.
+	mayClaim  bool
 	holdUntil time.Time // this node resigned: no campaign before
 	deadline  time.Time // the current state's timer; zero when none
 	acquiring uint64    // epoch of the lease round in flight
@@ -36,6 +47,10 @@ type Machine struct {
 
 	ready Ready
 }
+
+// claim is a run of answers to a leader's COORDINATOR from a higher node:
+// since the first, last the latest.
+type claim struct{ since, last time.Time }
 
 // peer is a live member and the instant this Machine first saw it live.
 type peer struct {
@@ -57,12 +72,14 @@ func New(cfg Config, now time.Time) (*Machine, error) {
 		r = rand.New(rand.NewPCG(cfg.Self.ID, h.Sum64()))
 	}
 	m := &Machine{
-		cfg:    cfg,
-		rand:   r,
-		epoch:  cfg.Epoch,
-		live:   map[string]peer{},
-		held:   map[string]time.Time{},
-		silent: map[string]time.Time{},
+		cfg:      cfg,
+		rand:     r,
+		epoch:    cfg.Epoch,
+		live:     map[string]peer{},
+		held:     map[string]time.Time{},
+		silent:   map[string]time.Time{},
+		claims:   map[string]claim{},
+		mayClaim: true,
 	}
 	if cfg.Self.Eligible {
 		m.deadline = now.Add(cfg.StartupDelay + m.jitter())
@@ -125,6 +142,16 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			m.send(Message{Type: MsgCoordinator, To: n, Leader: m.cfg.Self.Node, Term: m.term})
 		}
 	}
+}
+
+// SetReach tells the Machine whether this node can lead as far as the
+// driver knows: cutOff when it failed to reach a majority of the voters
+// (it then neither campaigns nor answers ELECTIONs until told otherwise),
+// and mayClaim when it has fresh proof that it reaches one (only then does
+// it ask a lower leader to hand over). Without calls, a Machine is never
+// cut off and may always claim.
+func (m *Machine) SetReach(cutOff, mayClaim bool) {
+	m.cutOff, m.mayClaim = cutOff, mayClaim && !cutOff
 }
 
 // Tick advances the Machine's timers to now.

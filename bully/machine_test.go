@@ -174,7 +174,9 @@ func TestResignHandsOverAndHolds(t *testing.T) {
 		t.Fatalf("follower resign = %v, want ErrNotLeader", err)
 	}
 	cfg := s.nodes["n3"].m.cfg
-	s.run(cfg.ResignHold + cfg.Stabilization + time.Second)
+	// The hand-back starts with n3's first answer to a COORDINATOR after its
+	// hold, up to one announce interval later.
+	s.run(cfg.ResignHold + cfg.AnnounceInterval + cfg.Stabilization + time.Second)
 	if third := s.agree("n3", "n1", "n2"); third <= second {
 		t.Fatalf("epoch after preempting back = %d, want > %d", third, second)
 	}
@@ -298,5 +300,28 @@ func TestFrozenHigherNodeDoesNotChurnTerms(t *testing.T) {
 	s.run(cfg.Stabilization + 5*time.Second)
 	if len(s.leaders()) != 1 || s.leaders()[0] != "n3" {
 		t.Fatalf("after n3 woke: leaders %v, want n3 back (preemption)\n%s", s.leaders(), s.dump())
+	}
+}
+
+// TestCutOffHigherNodeNeitherBlocksNorPreempts: the highest node n3 can
+// reach too few voters (SetReach cutOff): it must not answer the others'
+// ELECTIONs or campaign, so n2 leads, and n2 must not hand over to it
+// while it does not claim. Once it can lead again, it claims and takes
+// over after the stabilisation delay.
+func TestCutOffHigherNodeNeitherBlocksNorPreempts(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(3)
+	s.nodes["n3"].m.SetReach(true, false)
+	cfg := s.nodes["n2"].m.cfg
+	s.run(cfg.StartupDelay + 2*time.Second)
+	first := s.agree("n2", "n1", "n3")
+	s.run(3 * cfg.Stabilization)
+	if got := s.agree("n2", "n1", "n3"); got != first {
+		t.Fatalf("n2's term changed from %d to %d while n3 was cut off", first, got)
+	}
+	s.nodes["n3"].m.SetReach(false, true)
+	s.run(cfg.AnnounceInterval + cfg.Stabilization + time.Second)
+	if got := s.agree("n3", "n1", "n2"); got <= first {
+		t.Fatalf("n3 took over with epoch %d, want > %d", got, first)
 	}
 }
