@@ -27,7 +27,7 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	epochs  *leasing.EpochStore
-	grants  *leasing.EpochStore
+	grants  *leasing.VoterStore
 	rosters *leasing.RosterStore
 	events  *broadcaster
 
@@ -136,7 +136,7 @@ func (a *Agent) openDataDir() error {
 	if a.epochs, err = leasing.OpenEpochStore(path("epoch")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if a.grants, err = leasing.OpenGrantStore(path("voter")); err != nil {
+	if a.grants, err = leasing.OpenVoterStore(path("voter")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	if a.rosters, err = leasing.OpenRosterStore(path("roster")); err != nil {

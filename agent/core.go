@@ -36,7 +36,8 @@ type core struct {
 	floors   map[string]uint64 // replies to FloorQuery
 	queryAt  time.Time
 
-	live map[string]memberView // live members, self included
+	live  map[string]memberView // live members, self included
+	reach reach                 // whether the peer transport reaches a majority
 
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
@@ -56,6 +57,7 @@ type core struct {
 	quorum      leasing.Quorum  // as of the last round
 	noQuorum    string          // why the last acquire failed, "" when it did not
 	fetchAt     time.Time       // next roster fetch, for a node without a roster
+	fetches     int             // roster fetches sent: picks whom to ask next
 	// seenCluster: this node has seen a member of an established cluster,
 	// so it never bootstraps one of its own.
 	seenCluster bool
@@ -104,6 +106,11 @@ type outMsg struct {
 }
 
 func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, rosters rosterStore, log *slog.Logger, now time.Time) (*core, error) {
+	// The epoch file may have been lost or lowered; the voter file says
+	// which epochs this node granted, so it has seen them.
+	if err := epochs.Raise(grants.Epoch()); err != nil {
+		return nil, fmt.Errorf("agent: persist epoch: %w", err)
+	}
 	ec := cfg.Election
 	ec.Self = bully.Member{Node: cfg.Self, Eligible: cfg.Eligible}
 	ec.Epoch = epochs.Epoch()
@@ -115,9 +122,36 @@ func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, roste
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]bool{},
 		floors: map[string]uint64{}}
 	if cfg.Voter && cfg.Consistency == Quorum {
-		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now, cfg.Lease.TTL, 10*cfg.Lease.TTL)
+		named := c.roster().Contains(toLeasing(cfg.Self))
+		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now,
+			leasing.VoterConfig{TTL: cfg.Lease.TTL, MaxTTL: c.maxTTL(), Restarted: named})
+		if named && grants.Epoch() == 0 && grants.LongestTTL() == 0 {
+			// Named in its roster but with no record of any grant: its voter
+			// file was lost (or it never granted). Either way it must learn
+			// its floor before it votes.
+			c.becomeAmnesiac(now, "the roster names this node but its voter file records no grant")
+		}
 	}
 	return c, nil
+}
+
+// maxTTLFactor bounds the TTL a voter accepts: up to this many times its
+// own. Nodes may run different --lease-ttl values during a rolling change
+// within that ratio.
+const maxTTLFactor = 3
+
+// maxTTL is the longest TTL this node's voter accepts, and so the longest
+// promise it can ever have given under this configuration.
+func (c *core) maxTTL() time.Duration { return maxTTLFactor * c.cfg.Lease.TTL }
+
+// becomeAmnesiac makes this voter forget that it knows its floor: it votes
+// only after the longest promise it may have given has run out and enough
+// voters told it the highest epoch they granted (see core.amnesiac).
+func (c *core) becomeAmnesiac(now time.Time, why string) {
+	c.amnesiac, c.holdEnd = true, now.Add(c.maxTTL())
+	c.floors = map[string]uint64{}
+	c.log.Warn("this voter may have forgotten promises and grants: voting only after the longest lease TTL it accepts and a floor query",
+		"why", why, "hold", c.maxTTL())
 }
 
 // ready returns and clears the messages to send.
@@ -168,6 +202,7 @@ func (c *core) warnForeign(mv memberView, mine string) {
 // tick advances timers: the election's, the lease deadline, renewals, the
 // budget of a round in flight, and roster fetches.
 func (c *core) tick(now time.Time) {
+	c.probeReach(now)
 	c.m.Tick(now)
 	c.queryFloors(now)
 	c.checkLease(now)
@@ -213,6 +248,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.FloorQuery:
 		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch()}}
 	case env.Floor != nil:
+		c.noteReply(env.Floor.From)
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}

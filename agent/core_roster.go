@@ -43,21 +43,28 @@ func (c *core) maybeBootstrap() {
 
 // maybeFetchRoster asks a member of the cluster for its roster when this
 // node has none (an observer, or a node started without --expect), or when
-// a member advertises a later version than this node's.
+// a member advertises a later version than this node's. It asks the
+// members that qualify in turn, so one it cannot reach does not stall it.
 func (c *core) maybeFetchRoster(now time.Time) {
 	if !c.quorumMode() || now.Before(c.fetchAt) {
 		return
 	}
 	mine := c.roster()
+	var from []memberView
 	for _, name := range sortedNames(c.live) {
 		mv := c.live[name]
-		if mv.Cluster == "" || mv.Node == c.cfg.Self || (!mine.IsZero() && mv.RosterVersion <= mine.Version) {
-			continue
+		if mv.Cluster != "" && mv.Node != c.cfg.Self && (mine.IsZero() || mv.RosterVersion > mine.Version) {
+			from = append(from, mv)
 		}
-		c.fetchAt = now.Add(rosterFetchInterval)
-		c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
+	}
+	if len(from) == 0 {
 		return
 	}
+	c.fetches++
+	c.log.Debug("fetching the roster", "from", from[c.fetches%len(from)].Name)
+	mv := from[c.fetches%len(from)]
+	c.fetchAt = now.Add(rosterFetchInterval)
+	c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
 }
 
 // adoptRoster stores a roster learned from a peer: when this node has none,
@@ -80,9 +87,7 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 		return
 	}
 	if r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil {
-		c.amnesiac, c.holdEnd = true, now.Add(c.cfg.Lease.TTL)
-		c.floors = map[string]uint64{}
-		c.log.Warn("learned a roster naming this node from a peer: voting only after one lease TTL", "roster", r.String())
+		c.becomeAmnesiac(now, "learned a roster naming this node from a peer: "+r.String())
 		return
 	}
 	c.log.Info("learned the voter roster", "roster", r.String())

@@ -278,7 +278,7 @@ func (s *csim) randomFault(wiped *bool) {
 	name := s.order[s.rand.IntN(len(s.order))]
 	other := s.order[s.rand.IntN(len(s.order))]
 	n := s.nodes[name]
-	switch s.rand.IntN(14) {
+	switch s.rand.IntN(15) {
 	case 0:
 		s.crash(name)
 	case 1:
@@ -346,6 +346,11 @@ func (s *csim) randomFault(wiped *bool) {
 	case 13:
 		if s.canLose(name) {
 			n.epochs.failed, n.grants.failed = true, true // the disk fails from now on
+		}
+	case 14:
+		if n.up && !n.left {
+			s.crash(name) // kill -9, and the service manager restarts it at once
+			s.boot(name, s.expectFor(name))
 		}
 	}
 }
@@ -537,5 +542,59 @@ func (s *csim) checkRosterConverged() {
 		} else if r.String() != want || r.Joint() {
 			s.t.Fatalf("rosters differ or joint: %s has %v, want %s", name, r, want)
 		}
+	}
+}
+
+// TestRandomBootstrapRaces starts one node more than --expect, all with the
+// same --expect, in a random order and with random gossip links cut for the
+// first moments: they must never bootstrap two different rosters (with
+// N+1 nodes any two sets of N share a node, so two rosters would let each
+// side lead), and I1–I3 hold throughout.
+func TestRandomBootstrapRaces(t *testing.T) {
+	runs := cmp.Or(*schedules/10, 100)
+	if testing.Short() && *schedules == 0 {
+		runs = 20
+	}
+	for i := range runs {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { runBootstrapRace(t, i) })
+	}
+}
+
+func runBootstrapRace(t testing.TB, i int) {
+	s := newCsim(t, testlog.Seed(t))
+	expect := 3 + 2*(i%2)
+	s.initial = expect
+	for k := 1; k <= expect+1; k++ {
+		name := fmt.Sprintf("n%d", k)
+		s.nodes[name] = s.newNode(name, uint64(k))
+		s.order = append(s.order, name)
+	}
+	for a := range s.order {
+		for b := a + 1; b < len(s.order); b++ {
+			if s.rand.IntN(3) == 0 {
+				s.partition([]string{s.order[a]}, []string{s.order[b]})
+			}
+		}
+	}
+	for _, k := range s.rand.Perm(len(s.order)) {
+		s.boot(s.order[k], expect)
+		s.run(time.Duration(s.rand.IntN(300)) * time.Millisecond)
+	}
+	s.run(time.Duration(s.rand.IntN(1500)) * time.Millisecond)
+	s.heal()
+	s.run(10 * time.Second)
+	s.checkOneCluster()
+}
+
+// checkOneCluster fails when nodes hold rosters of different clusters.
+func (s *csim) checkOneCluster() {
+	clusters := map[string][]string{}
+	for _, name := range s.order {
+		if r := s.nodes[name].rosters.r; !r.IsZero() {
+			clusters[r.ClusterID] = append(clusters[r.ClusterID], name+":"+r.String())
+		}
+	}
+	if len(clusters) > 1 {
+		s.t.Fatalf("two clusters bootstrapped from one --expect: %v\n%s", clusters, s.dump())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -61,18 +62,19 @@ type cnode struct {
 		until  time.Time
 		life   int // the boot in which it was given
 	}
-	boots   int    // how often it has started
-	run     runner // its tenure run supervisor
-	c       *core
-	up      bool
-	paused  bool
-	left    bool // left gracefully: others see it as left
-	wiped   bool // lost its disk once
-	epochs  *memStore
-	grants  *memStore
-	rosters *memRoster
-	led     []uint64 // epochs of the terms it led, in order
-	granted uint64   // highest acquire epoch it granted (checked: grows)
+	boots      int            // how often it has started
+	advertised leasing.Roster // the roster its gossip tags name
+	run        runner         // its tenure run supervisor
+	c          *core
+	up         bool
+	paused     bool
+	left       bool // left gracefully: others see it as left
+	wiped      bool // lost its disk once
+	epochs     *memStore
+	grants     *memStore
+	rosters    *memRoster
+	led        []uint64 // epochs of the terms it led, in order
+	granted    uint64   // highest acquire epoch it granted (checked: grows)
 }
 
 type flight struct {
@@ -86,16 +88,19 @@ type flight struct {
 var errDisk = errors.New("simulated disk failure")
 
 type memStore struct {
-	epoch  uint64
-	failed bool // the disk fails every write from now on
+	epoch   uint64
+	longest time.Duration
+	failed  bool // the disk fails every write from now on
 }
 
-func (m *memStore) Epoch() uint64 { return m.epoch }
-func (m *memStore) Raise(e uint64) error {
-	if e > m.epoch && m.failed {
+func (m *memStore) Epoch() uint64             { return m.epoch }
+func (m *memStore) LongestTTL() time.Duration { return m.longest }
+func (m *memStore) Raise(e uint64) error      { return m.Record(e, 0) }
+func (m *memStore) Record(e uint64, ttl time.Duration) error {
+	if (e > m.epoch || ttl > m.longest) && m.failed {
 		return errDisk
 	}
-	m.epoch = max(m.epoch, e)
+	m.epoch, m.longest = max(m.epoch, e), max(m.longest, ttl)
 	return nil
 }
 
@@ -185,7 +190,15 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 // boot (re)starts a node from its stores.
 func (s *csim) boot(name string, expect int) {
 	n := s.nodes[name]
-	c, err := newCore(s.config(n, expect), n.epochs, n.grants, n.rosters, slog.New(slog.DiscardHandler), s.local(n, s.now))
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("TENURE_SIM_LOG") == name {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
+	}
+	c, err := newCore(s.config(n, expect), n.epochs, n.grants, n.rosters, log, s.local(n, s.now))
+	if errors.Is(err, errDisk) {
+		n.up = false // the agent refuses to start on a failing disk
+		return
+	}
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -283,6 +296,10 @@ func (s *csim) collect(name string) {
 	}
 	s.notePromise(n)
 	s.recordTerm(n)
+	if r := n.rosters.r; r.ClusterID != n.advertised.ClusterID || r.Version != n.advertised.Version {
+		n.advertised = r // gossip spreads the new tags, as serf does
+		s.syncViews()
+	}
 }
 
 // send queues f with a random delay, sometimes twice.
@@ -311,6 +328,9 @@ func (s *csim) notePromise(n *cnode) {
 	now := s.local(n, s.now)
 	h, until, ok := n.c.grants.Promise(now)
 	switch {
+	case ok && h.Name != n.promise.holder && n.promise.holder != "" && now.Before(n.promise.until):
+		s.t.Fatalf("voter %s promised %s while its promise to %s (given %d boots ago) runs for %v more\n%s",
+			n.name, h.Name, n.promise.holder, n.boots-n.promise.life, n.promise.until.Sub(now), s.dump())
 	case ok:
 		n.promise.holder, n.promise.until, n.promise.life = h.Name, until, n.boots
 	case n.promise.life == n.boots:

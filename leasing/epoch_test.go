@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestEpochStoreRoundTrip(t *testing.T) {
@@ -70,4 +71,40 @@ func FuzzDecodeEpoch(f *testing.F) {
 			t.Fatalf("accepted non-canonical file %q as epoch %d", data, e)
 		}
 	})
+}
+
+// TestVoterStoreRoundTripAndUpgrade: the voter file keeps the highest grant
+// and the longest TTL, never lowers either, and reads a v1 file (grant
+// only) as having no recorded TTL.
+func TestVoterStoreRoundTripAndUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "voter")
+	v1, err := OpenGrantStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.Raise(7); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenVoterStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Epoch() != 7 || s.LongestTTL() != 0 {
+		t.Fatalf("v1 file read as epoch %d ttl %v, want 7 and 0", s.Epoch(), s.LongestTTL())
+	}
+	for _, rec := range []struct {
+		e   uint64
+		ttl time.Duration
+	}{{8, 1500 * time.Microsecond}, {3, time.Second}, {2, 0}} {
+		if err := s.Record(rec.e, rec.ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := OpenVoterStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Epoch() != 8 || again.LongestTTL() != time.Second {
+		t.Fatalf("read back epoch %d ttl %v, want 8 and 1s", again.Epoch(), again.LongestTTL())
+	}
 }

@@ -73,16 +73,19 @@ func TestTimingValidate(t *testing.T) {
 }
 
 type memGrants struct {
-	epoch uint64
-	fail  bool
+	epoch   uint64
+	longest time.Duration
+	fail    bool
 }
 
-func (m *memGrants) Epoch() uint64 { return m.epoch }
-func (m *memGrants) Raise(e uint64) error {
+func (m *memGrants) Epoch() uint64             { return m.epoch }
+func (m *memGrants) LongestTTL() time.Duration { return m.longest }
+func (m *memGrants) Raise(e uint64) error      { return m.Record(e, 0) }
+func (m *memGrants) Record(e uint64, ttl time.Duration) error {
 	if m.fail {
 		return errors.New("disk full")
 	}
-	m.epoch = max(m.epoch, e)
+	m.epoch, m.longest = max(m.epoch, e), max(m.longest, ttl)
 	return nil
 }
 
@@ -95,7 +98,7 @@ func TestVoterRules(t *testing.T) {
 		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
 	}
 	store := &memGrants{epoch: 4} // has granted before: holds for one TTL
-	vt := NewVoter(v, store, t0, ttl, 10*ttl)
+	vt := NewVoter(v, store, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
 	steps := []struct {
 		at     time.Duration
 		req    Request
@@ -115,6 +118,7 @@ func TestVoterRules(t *testing.T) {
 		{3*ttl + 5, req(Acquire, b, 7), true, ""},
 		{3*ttl + 6, req(Renew, a, 6), false, ReasonPromised},
 		{3*ttl + 6, req(Release, b, 7), true, ""},
+		{3*ttl + 6, req(Renew, b, 7), false, ReasonStaleEpoch},   // a renewal overtaken by the release
 		{3*ttl + 7, req(Acquire, a, 7), false, ReasonStaleEpoch}, // epoch 7 was granted already
 		{3*ttl + 7, req(Acquire, a, 8), true, ""},                // released: no wait
 	}
@@ -129,12 +133,39 @@ func TestVoterRules(t *testing.T) {
 	}
 }
 
+// TestVoterHoldCoversLongestPromise: a voter whose TTL is 1s but that
+// promised a leader 3s (a rolling change of --lease-ttl) holds for 3s after
+// a restart; a voter that only ever granted renewals holds too; one whose
+// data dir names it in a roster holds even with an empty store.
+func TestVoterHoldCoversLongestPromise(t *testing.T) {
+	a, v := Node{1, "a"}, Node{3, "v"}
+	r := Bootstrap([]Node{a, v})
+	t0 := time.Unix(0, 0)
+	cfg := VoterConfig{TTL: time.Second, MaxTTL: 3 * time.Second}
+	store := &memGrants{}
+	renew := Request{Kind: Renew, Candidate: a, Epoch: 5, TTL: 3 * time.Second, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	if rep := NewVoter(v, store, t0, cfg).Handle(t0, renew, r); !rep.Granted {
+		t.Fatalf("renewal refused: %s", rep.Reason)
+	}
+	if store.epoch != 5 || store.longest != 3*time.Second {
+		t.Fatalf("a renewal stored epoch %d ttl %v, want 5 and 3s", store.epoch, store.longest)
+	}
+	restarted := NewVoter(v, store, t0.Add(time.Second), cfg)
+	if !restarted.Holding(t0.Add(3*time.Second)) || restarted.Holding(t0.Add(4*time.Second)) {
+		t.Fatal("the restart hold does not last exactly the longest TTL promised")
+	}
+	fresh := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: time.Second, MaxTTL: 3 * time.Second, Restarted: true})
+	if !fresh.Holding(t0.Add(999*time.Millisecond)) || fresh.Holding(t0.Add(time.Second)) {
+		t.Fatal("a restarted voter with an empty store does not hold for its TTL")
+	}
+}
+
 func TestVoterRefusesOtherRostersAndStorageFailure(t *testing.T) {
 	a, v := Node{1, "a"}, Node{3, "v"}
 	r := Bootstrap([]Node{a, v})
 	t0 := time.Unix(0, 0)
 	store := &memGrants{}
-	vt := NewVoter(v, store, t0, 0, time.Minute)
+	vt := NewVoter(v, store, t0, VoterConfig{MaxTTL: time.Minute})
 	base := Request{Kind: Acquire, Candidate: a, Epoch: 1, TTL: time.Second, ClusterID: r.ClusterID, RosterVersion: r.Version}
 	newer := r.With(Node{4, "w"}, 9)
 	cases := []struct {

@@ -5,13 +5,31 @@ import (
 	"time"
 )
 
-// GrantStore durably records the highest epoch a voter has granted.
-// *EpochStore (from OpenGrantStore) implements it.
+// GrantStore durably records what a voter has promised: the highest epoch
+// it granted and the longest TTL it promised. *VoterStore (from
+// OpenVoterStore) implements it.
 type GrantStore interface {
 	// Epoch returns the highest stored epoch.
 	Epoch() uint64
+	// LongestTTL returns the longest TTL stored.
+	LongestTTL() time.Duration
 	// Raise stores epoch if higher, returning once it is durable.
 	Raise(epoch uint64) error
+	// Record stores epoch and ttl where higher, returning once durable.
+	Record(epoch uint64, ttl time.Duration) error
+}
+
+// VoterConfig configures a Voter.
+type VoterConfig struct {
+	// TTL is this node's own lease TTL: the shortest restart hold.
+	TTL time.Duration
+	// MaxTTL is the longest TTL a request may ask for; longer requests are
+	// refused. It bounds every promise this voter gives.
+	MaxTTL time.Duration
+	// Restarted says the voter may have promised something before now that
+	// it no longer remembers (its data dir names it in a roster). A voter
+	// whose store holds a grant or a TTL is taken as restarted anyway.
+	Restarted bool
 }
 
 // Voter is the voter side of the lease protocol: a deterministic state
@@ -26,18 +44,27 @@ type Voter struct {
 	holder  Node
 	epoch   uint64
 	expiry  time.Time
+	// released is the last term released by its holder: a renewal of it
+	// that arrives late (reordered after the release) is refused, so a
+	// resigned leader is not promised again.
+	released struct {
+		holder Node
+		epoch  uint64
+	}
 }
 
-// NewVoter returns a voter that starts at now. A voter that has granted
-// before (its store holds an epoch) grants nothing until startupHold has
-// passed (one TTL), because after a restart it has forgotten its promises; a
-// voter that never granted has nothing to forget. Requests with a TTL above
-// maxTTL are refused.
-func NewVoter(self Node, store GrantStore, now time.Time, startupHold, maxTTL time.Duration) *Voter {
-	if store.Epoch() == 0 {
-		startupHold = 0
+// NewVoter returns a voter that starts at now. A voter that may have
+// promised before (cfg.Restarted, or its store holds a grant or a TTL)
+// grants nothing until the longest promise it can have given has run out:
+// the longest TTL its store recorded, and at least cfg.TTL. Every grant
+// records its epoch and TTL in the store before the reply, so the hold
+// always covers the promises of the voter's previous life.
+func NewVoter(self Node, store GrantStore, now time.Time, cfg VoterConfig) *Voter {
+	hold := time.Duration(0)
+	if cfg.Restarted || store.Epoch() > 0 || store.LongestTTL() > 0 {
+		hold = max(cfg.TTL, store.LongestTTL())
 	}
-	return &Voter{self: self, store: store, started: now.Add(startupHold), maxTTL: maxTTL}
+	return &Voter{self: self, store: store, started: now.Add(hold), maxTTL: cfg.MaxTTL}
 }
 
 // Handle answers req, received at now, for a voter whose roster is r.
@@ -57,10 +84,10 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 		rep.Roster = roster
 		return rep
 	}
-	if req.Kind == Acquire && req.Epoch > v.store.Epoch() {
-		if err := v.store.Raise(req.Epoch); err != nil {
-			return v.reply(now, false, ReasonStorage)
-		}
+	// Record the grant (an acquire's epoch, a renewal's too, and the TTL)
+	// before promising, so a restart holds for as long as this promise.
+	if err := v.store.Record(req.Epoch, req.TTL); err != nil {
+		return v.reply(now, false, ReasonStorage)
 	}
 	v.holder, v.epoch, v.expiry = req.Candidate, req.Epoch, now.Add(req.TTL)
 	return v.reply(now, true, "")
@@ -81,6 +108,8 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonRestarting, nil
 	case v.promisedElsewhere(now, req.Candidate):
 		return ReasonPromised, nil
+	case req.Kind == Renew && req.Candidate == v.released.holder && req.Epoch <= v.released.epoch:
+		return ReasonStaleEpoch, nil // a late renewal of a released term
 	}
 	if req.Kind == Renew {
 		// A renewal joins the leader's term: from the holder, or from a leader
@@ -106,6 +135,9 @@ func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
 func (v *Voter) release(req Request) {
 	if v.holder == req.Candidate && v.epoch == req.Epoch {
 		v.holder, v.epoch, v.expiry = Node{}, 0, time.Time{}
+	}
+	if req.Candidate != v.released.holder || req.Epoch > v.released.epoch {
+		v.released.holder, v.released.epoch = req.Candidate, req.Epoch
 	}
 }
 

@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// reach tracks whether this node can reach a majority of the roster's
+// voters over the peer transport. Gossip may list a node alive that the
+// peer transport cannot reach (memberlist's indirect probes get through
+// where a direct connection does not); such a node must not hold the
+// election up: a cut-off node neither campaigns nor answers ELECTIONs, and
+// only a node with fresh proof of a majority claims leadership from a lower
+// leader (bully.Machine.SetReach).
+type reach struct {
+	next    time.Time       // the next probe
+	sent    time.Time       // the probe in flight went out at; zero when none
+	replied map[string]bool // voters that answered the probe in flight
+	cutOff  bool            // the last probe reached too few voters
+	proven  time.Time       // when a probe last reached a majority
+}
+
+// probeReach starts a probe when one is due and concludes the one in
+// flight once its budget is over, then tells the election what it found.
+// A probe is a FloorQuery to every other voter; any answer counts.
+func (c *core) probeReach(now time.Time) {
+	rc := &c.reach
+	if !rc.sent.IsZero() && !now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) {
+		c.concludeProbe(now)
+	}
+	if rc.sent.IsZero() && !now.Before(rc.next) && c.wantsProbe() {
+		c.startProbe(now)
+	}
+	if c.quorumMode() && c.roster().IsZero() {
+		c.m.SetReach(true, false) // no roster: it cannot lead, so it holds nobody up
+		return
+	}
+	c.m.SetReach(rc.cutOff, c.mayClaim(now))
+}
+
+// wantsProbe: an eligible follower probes when the answer matters to the
+// election: no leader is known, it is cut off (to notice the repair), or
+// it outranks the leader and would claim leadership from it.
+func (c *core) wantsProbe() bool {
+	if !c.quorumMode() || !c.cfg.Eligible || c.roster().IsZero() || c.leading() {
+		return false
+	}
+	st := c.m.Status()
+	outranks := c.cfg.Election.Preempt && st.Leader.Less(c.cfg.Self)
+	return st.Leader.IsZero() || c.reach.cutOff || outranks
+}
+
+func (c *core) startProbe(now time.Time) {
+	c.reach.sent, c.reach.replied = now, map[string]bool{}
+	c.reach.next = now.Add(c.cfg.Election.AnnounceInterval)
+	for _, v := range c.roster().Members() {
+		if n := toBully(v); n != c.cfg.Self {
+			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})
+		}
+	}
+}
+
+// concludeProbe counts the voters that answered against the roster's
+// majority. This node counts for itself unless it is an amnesiac voter,
+// which cannot grant itself a lease until it has learned its floor.
+func (c *core) concludeProbe(now time.Time) {
+	rc := &c.reach
+	self := toLeasing(c.cfg.Self)
+	ok := c.roster().Satisfied(func(v leasing.Node) bool {
+		return (v == self && !c.amnesiac) || rc.replied[v.Name]
+	})
+	switch {
+	case ok:
+		rc.proven = now
+		if strings.HasPrefix(c.noQuorum, unreachablePrefix) {
+			c.noQuorum = ""
+		}
+	case c.m.Status().Leader.IsZero():
+		c.noQuorum = fmt.Sprintf("%s: %d of %d other voters answered over the peer transport",
+			unreachablePrefix, len(rc.replied), len(c.roster().Members())-1)
+	}
+	if ok == rc.cutOff {
+		c.log.Info("reachability of the voters changed", "reaches_majority", ok, "answered", len(rc.replied))
+	}
+	rc.cutOff, rc.sent = !ok, time.Time{}
+}
+
+// unreachablePrefix starts the status reason of a node cut off from the
+// voters.
+const unreachablePrefix = "no quorum: cannot reach a majority of the voters"
+
+// noteReply records a probe answer from n.
+func (c *core) noteReply(n bully.Node) {
+	if !c.reach.sent.IsZero() {
+		c.reach.replied[n.Name] = true
+	}
+}
+
+// mayClaim: a probe reached a majority recently enough (within two probe
+// intervals and a budget) and none failed since.
+func (c *core) mayClaim(now time.Time) bool {
+	fresh := 2*c.cfg.Election.AnnounceInterval + c.cfg.Lease.AcquireBudget
+	return !c.reach.cutOff && !c.reach.proven.IsZero() && now.Sub(c.reach.proven) <= fresh
+}
