@@ -29,6 +29,7 @@ type Agent struct {
 	epochs  *leasing.EpochStore
 	grants  *leasing.VoterStore
 	rosters *leasing.RosterStore
+	pledges *leasing.RosterStore
 	events  *broadcaster
 
 	peers   *gossip.Transport
@@ -142,6 +143,9 @@ func (a *Agent) openDataDir() error {
 	if a.rosters, err = leasing.OpenRosterStore(path("roster")); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	if a.pledges, err = leasing.OpenRosterStore(path("bootstrap")); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	return nil
 }
 
@@ -157,7 +161,8 @@ func (a *Agent) startCore() error {
 		Expect:      a.cfg.Expect,
 		Election:    ec,
 	}
-	c, err := newCore(cc, a.epochs, a.grants, a.rosters, a.log, a.cfg.Clock.Now())
+	st := coreStores{epochs: a.epochs, grants: a.grants, rosters: a.rosters, pledges: a.pledges}
+	c, err := newCore(cc, st, a.log, a.cfg.Clock.Now())
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,8 @@ type core struct {
 	m       *bully.Machine
 	epochs  epochStore
 	rosters rosterStore
+	pledges rosterStore    // the roster this node pledged to bootstrap
+	boot    bootstrap      // pledges being collected (--expect)
 	grants  *leasing.Voter // nil unless this node votes
 	granted leasing.GrantStore
 
@@ -105,7 +107,17 @@ type outMsg struct {
 	env envelope
 }
 
-func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, rosters rosterStore, log *slog.Logger, now time.Time) (*core, error) {
+// coreStores are a core's persisted state: the highest epoch seen, the
+// voter's grants, the roster, and the roster pledged at bootstrap.
+type coreStores struct {
+	epochs  epochStore
+	grants  leasing.GrantStore
+	rosters rosterStore
+	pledges rosterStore
+}
+
+func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*core, error) {
+	epochs, grants := st.epochs, st.grants
 	// The epoch file may have been lost or lowered; the voter file says
 	// which epochs this node granted, so it has seen them.
 	if err := epochs.Raise(grants.Epoch()); err != nil {
@@ -118,7 +130,7 @@ func newCore(cfg coreConfig, epochs epochStore, grants leasing.GrantStore, roste
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: rosters,
+	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges,
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]bool{},
 		floors: map[string]uint64{}}
 	if cfg.Voter && cfg.Consistency == Quorum {
@@ -186,7 +198,7 @@ func (c *core) setMembers(now time.Time, members []memberView) {
 		view = append(view, mv.Member)
 	}
 	c.m.SetMembers(now, view)
-	c.maybeBootstrap()
+	c.maybeBootstrap(now)
 	c.process(now)
 }
 
@@ -207,6 +219,7 @@ func (c *core) tick(now time.Time) {
 	c.queryFloors(now)
 	c.checkLease(now)
 	c.driveRoster(now)
+	c.askPledges(now)
 	c.maybeFetchRoster(now)
 	c.process(now)
 }
@@ -245,6 +258,11 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		c.onRosterAck(now, *env.RosterAck)
 	case env.ForceLeave != "":
 		reply = &envelope{ForceLeaveReply: c.forceLeaveReply(now, env.ForceLeave)}
+	case env.Pledge != nil:
+		rep := c.onPledge(*env.Pledge)
+		reply = &envelope{PledgeReply: &rep}
+	case env.PledgeReply != nil:
+		c.onPledgeReply(*env.PledgeReply)
 	case env.FloorQuery:
 		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch()}}
 	case env.Floor != nil:

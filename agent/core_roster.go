@@ -11,36 +11,6 @@ import (
 // an established cluster for it.
 const rosterFetchInterval = time.Second
 
-// maybeBootstrap creates the first roster when this fresh voter sees exactly
-// cfg.Expect fresh voters started with the same --expect (itself included)
-// and no member of an established cluster. Every node that sees the same set derives the same roster and
-// cluster ID without talking; see docs/DESIGN.md for what --expect assumes.
-func (c *core) maybeBootstrap() {
-	if !c.quorumMode() || c.cfg.Expect == 0 || !c.cfg.Voter || !c.roster().IsZero() || c.seenCluster {
-		return
-	}
-	var fresh []leasing.Node
-	for _, mv := range c.live {
-		if mv.Cluster != "" {
-			c.seenCluster = true // an established cluster: wait to be admitted, for good
-			return
-		}
-		if mv.Voter && mv.Expect == c.cfg.Expect {
-			fresh = append(fresh, toLeasing(mv.Node))
-		}
-	}
-	if len(fresh) != c.cfg.Expect {
-		return
-	}
-	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
-	r := leasing.Bootstrap(fresh)
-	if err := c.rosters.Save(r); err != nil {
-		c.failed = err
-		return
-	}
-	c.log.Info("bootstrapped the voter roster", "roster", r.String())
-}
-
 // maybeFetchRoster asks a member of the cluster for its roster when this
 // node has none (an observer, or a node started without --expect), or when
 // a member advertises a later version than this node's. It asks the
@@ -70,10 +40,10 @@ func (c *core) maybeFetchRoster(now time.Time) {
 // adoptRoster stores a roster learned from a peer: when this node has none,
 // or a later one of its cluster (every stored roster came from a leader's
 // change step, and a joint one is used only with both majorities, so a
-// later roster is safe to campaign under). A roster that names this node
-// comes from a bootstrap it raced (the others bootstrapped first) or from a
-// lost data dir; either way the node may have granted before, so it holds
-// its vote for one TTL (see core.amnesiac).
+// later roster is safe to campaign under). A roster that names this node,
+// other than the bootstrap roster it pledged to, means a lost data dir (or
+// a bootstrap it took no part in): the node may have granted before, so it
+// holds its vote (see core.amnesiac).
 func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 	if r.IsZero() || r.ClusterID == "" || len(r.Voters) == 0 {
 		return
@@ -86,7 +56,7 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 		c.failed = err
 		return
 	}
-	if r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil {
+	if r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil && !c.pledgedTo(r) {
 		c.becomeAmnesiac(now, "learned a roster naming this node from a peer: "+r.String())
 		return
 	}

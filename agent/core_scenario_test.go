@@ -243,7 +243,7 @@ func (s *csim) finalPhase() {
 		s.reforce()
 		s.run(time.Second)
 	}
-	if _, _, ok := s.tryLeader(bound); !ok {
+	if _, _, ok := s.tryLeader(bound); !ok && !s.beyondTolerance() {
 		s.t.Fatalf("the leader elected after healing did not last\n%s", s.dump())
 	}
 	if len(s.peerCut) == 0 {
@@ -436,11 +436,19 @@ func (s *csim) reforce() {
 }
 
 // beyondTolerance reports whether the voters that can vote (up, not left,
-// not waiting to learn their floor after a lost or never-stored roster) no
-// longer make a majority of the newest roster: then no leader is the right
-// outcome, since the epochs of earlier terms may be known only to the lost.
+// not waiting to learn their floor after a lost or never-stored roster, not
+// cut off) no longer make a majority of the newest roster that such a voter
+// knows: then no leader is the right outcome, since the epochs of earlier
+// terms may be known only to the lost, and a newer roster only to the cut
+// off.
 func (s *csim) beyondTolerance() bool {
-	return !s.newestRoster().Satisfied(func(v leasing.Node) bool {
+	var newest leasing.Roster
+	for _, name := range s.order {
+		if n := s.nodes[name]; n.up && name != s.cutOff && n.rosters.r.Newer(newest) {
+			newest = n.rosters.r
+		}
+	}
+	return !newest.Satisfied(func(v leasing.Node) bool {
 		n := s.nodes[v.Name]
 		return n.up && !n.left && !n.c.amnesiac && v.Name != s.cutOff
 	})
@@ -597,4 +605,17 @@ func (s *csim) checkOneCluster() {
 	if len(clusters) > 1 {
 		s.t.Fatalf("two clusters bootstrapped from one --expect: %v\n%s", clusters, s.dump())
 	}
+	if len(clusters) == 0 && !s.saidWhy() {
+		s.t.Fatalf("no roster, and no node says why\n%s", s.dump())
+	}
+}
+
+// saidWhy reports whether a running node reported a stalled bootstrap.
+func (s *csim) saidWhy() bool {
+	for _, name := range s.order {
+		if n := s.nodes[name]; n.up && n.c.boot.warned != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -73,6 +73,7 @@ type cnode struct {
 	epochs     *memStore
 	grants     *memStore
 	rosters    *memRoster
+	pledges    *memRoster
 	led        []uint64 // epochs of the terms it led, in order
 	granted    uint64   // highest acquire epoch it granted (checked: grows)
 }
@@ -153,7 +154,7 @@ func (s *csim) setRate(n *cnode, rate float64) {
 func (s *csim) newNode(name string, id uint64) *cnode {
 	n := &cnode{name: name, id: id, rate: s.driftRate(), voter: true, ttl: s.ttl,
 		gbase: s.now, lbase: s.now.Add(time.Duration(s.rand.IntN(1000)) * time.Hour),
-		epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}}
+		epochs: &memStore{}, grants: &memStore{}, rosters: &memRoster{}, pledges: &memRoster{}}
 	n.run.grace = s.ttl / 8
 	return n
 }
@@ -194,7 +195,8 @@ func (s *csim) boot(name string, expect int) {
 	if os.Getenv("TENURE_SIM_LOG") == name {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
 	}
-	c, err := newCore(s.config(n, expect), n.epochs, n.grants, n.rosters, log, s.local(n, s.now))
+	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
+	c, err := newCore(s.config(n, expect), st, log, s.local(n, s.now))
 	if errors.Is(err, errDisk) {
 		n.up = false // the agent refuses to start on a failing disk
 		return
@@ -221,7 +223,7 @@ func (s *csim) crash(name string) {
 // epoch (recordTerm), not a forgetful voter's own sequence.
 func (s *csim) wipe(name string) {
 	n := s.nodes[name]
-	n.epochs, n.grants, n.rosters = &memStore{}, &memStore{}, &memRoster{}
+	n.epochs, n.grants, n.rosters, n.pledges = &memStore{}, &memStore{}, &memRoster{}, &memRoster{}
 	n.granted, n.wiped = 0, true
 }
 

@@ -28,6 +28,10 @@ type envelope struct {
 	// answers (see core.amnesiac).
 	FloorQuery bool        `msgpack:"floor_query,omitempty"`
 	Floor      *floorReply `msgpack:"floor,omitempty"`
+	// Pledge asks a fresh voter to pledge to bootstrap this roster;
+	// PledgeReply answers (see bootstrap).
+	Pledge      *leasing.Roster `msgpack:"pledge,omitempty"`
+	PledgeReply *pledgeReply    `msgpack:"pledge_reply,omitempty"`
 	// ForceLeave asks the leader to remove a voter; ForceLeaveReply answers.
 	ForceLeave      string           `msgpack:"force_leave,omitempty"`
 	ForceLeaveReply *forceLeaveReply `msgpack:"force_leave_reply,omitempty"`
