@@ -50,16 +50,19 @@ type core struct {
 		renewAt  time.Time
 		roster   leasing.Roster // the roster of the last won round
 	}
-	stopping    *pendingStop    // a term ended whose release waits for local work to stop
-	change      *rosterChange   // roster step in flight (leader)
-	changeRetry time.Time       // no new step before
-	pushAt      time.Time       // next push of the roster to lagging members
-	left        map[string]bool // members gossip reports as having left
-	forced      map[string]bool // voters force-left by an operator
-	quorum      leasing.Quorum  // as of the last round
-	noQuorum    string          // why the last acquire failed, "" when it did not
-	fetchAt     time.Time       // next roster fetch, for a node without a roster
-	fetches     int             // roster fetches sent: picks whom to ask next
+	stopping *pendingStop  // a term ended whose release waits for local work to stop
+	change   *rosterChange // roster step in flight (leader)
+	// committedJoint is the joint roster this leader saw stored on a
+	// majority of both its sets: only then may it propose the final one.
+	committedJoint leasing.Roster
+	changeRetry    time.Time       // no new step before
+	pushAt         time.Time       // next push of the roster to lagging members
+	left           map[string]bool // members gossip reports as having left
+	forced         map[string]bool // voters force-left by an operator
+	quorum         leasing.Quorum  // as of the last round
+	noQuorum       string          // why the last acquire failed, "" when it did not
+	fetchAt        time.Time       // next roster fetch, for a node without a roster
+	fetches        int             // roster fetches sent: picks whom to ask next
 	// seenCluster: this node has seen a member of an established cluster,
 	// so it never bootstraps one of its own.
 	seenCluster bool
@@ -129,6 +132,9 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	m, err := bully.New(ec, now)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if cfg.Consistency == Quorum {
+		m.SetReach(false, false) // no claim before a probe proves a majority
 	}
 	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges,
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]bool{},
@@ -309,6 +315,7 @@ func (c *core) process(now time.Time) {
 			c.out = append(c.out, outMsg{to: msg.To, env: envelope{Bully: &msg}})
 		}
 		if rd.Release != 0 {
+			c.log.Info("stepping down: releasing the lease", "epoch", rd.Release, "leader", c.m.Status().Leader.Name)
 			c.release(now, rd.Release)
 		}
 		if rd.Acquire == 0 {

@@ -50,11 +50,17 @@ func (c *core) driveRoster(now time.Time) {
 	}
 }
 
-// nextRoster is the next step from the current roster, if any.
+// nextRoster is the next step from the current roster, if any. A joint
+// roster moves to its final roster only once this leader saw the joint one
+// stored on a majority of both sets; until then the joint step itself is
+// proposed again (after a timeout, or when this leader inherited it).
 func (c *core) nextRoster() (leasing.Roster, bool) {
 	r, term := c.roster(), c.lease.epoch
 	if r.Joint() {
-		return r.Final(term), true
+		if sameRoster(c.committedJoint, r) {
+			return r.Final(term), true
+		}
+		return r, true
 	}
 	for name := range c.forced {
 		if !rosterHas(r, name) {
@@ -117,9 +123,16 @@ func (c *core) checkCommitted(now time.Time) {
 	}
 	c.change = nil
 	c.log.Info("roster change committed", "roster", ch.target.String())
-	if !ch.target.Joint() {
-		c.pushRoster()
+	if ch.target.Joint() {
+		c.committedJoint = ch.target
+		return
 	}
+	c.pushRoster()
+}
+
+// sameRoster reports whether a and b are the same roster step.
+func sameRoster(a, b leasing.Roster) bool {
+	return !a.IsZero() && a.ClusterID == b.ClusterID && a.Version == b.Version && a.Epoch == b.Epoch
 }
 
 // pushRoster sends the roster to live members that advertise an older one,

@@ -36,7 +36,8 @@ type csim struct {
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
 
-	cutOff string // the node finalPhase cut off from all peers but one
+	cutOff string            // the node finalPhase cut off from all peers but one
+	dropIf func(flight) bool // drops the messages a scenario picks
 
 	// eagerRelease replays the old driver: a term's release leaves as soon
 	// as the core asks, before its tenure run child has stopped.
@@ -191,10 +192,7 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 // boot (re)starts a node from its stores.
 func (s *csim) boot(name string, expect int) {
 	n := s.nodes[name]
-	log := slog.New(slog.DiscardHandler)
-	if os.Getenv("TENURE_SIM_LOG") == name {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", name)
-	}
+	log := s.logger(name)
 	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
 	c, err := newCore(s.config(n, expect), st, log, s.local(n, s.now))
 	if errors.Is(err, errDisk) {
@@ -211,6 +209,16 @@ func (s *csim) boot(name string, expect int) {
 
 // crash stops a node at once. Its tenure run supervisor loses the agent and
 // stops the command (within its grace).
+// logger discards a node's logs, unless TENURE_SIM_LOG names the node
+// (to read one node's story when a schedule fails).
+func (s *csim) logger(name string) *slog.Logger {
+	if os.Getenv("TENURE_SIM_LOG") != name {
+		return slog.New(slog.DiscardHandler)
+	}
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts)).With("node", name)
+}
+
 func (s *csim) crash(name string) {
 	n := s.nodes[name]
 	n.up = false
@@ -299,8 +307,25 @@ func (s *csim) collect(name string) {
 	s.notePromise(n)
 	s.recordTerm(n)
 	if r := n.rosters.r; r.ClusterID != n.advertised.ClusterID || r.Version != n.advertised.Version {
+		s.checkJointCommitted(n, n.advertised, r)
 		n.advertised = r // gossip spreads the new tags, as serf does
 		s.syncViews()
+	}
+}
+
+// checkJointCommitted checks the roster rule of joint consensus: a leader
+// moves from a joint roster to a later one only once a majority of both of
+// the joint roster's sets stored it (or something later).
+func (s *csim) checkJointCommitted(n *cnode, from, to leasing.Roster) {
+	if !from.Joint() || !to.Newer(from) || !n.c.leading() {
+		return
+	}
+	stored := func(v leasing.Node) bool {
+		r := s.nodes[v.Name].rosters.r
+		return r.ClusterID == from.ClusterID && !from.Newer(r)
+	}
+	if !from.Satisfied(stored) {
+		s.t.Fatalf("roster rule: leader %s moved from joint %v to %v before a majority of both sets stored the joint\n%s", n.name, from, to, s.dump())
 	}
 }
 
@@ -426,7 +451,8 @@ func (s *csim) stopRunner(n *cnode) {
 
 func (s *csim) deliver(f flight) {
 	to := s.nodes[f.to]
-	if !s.reach(f.from, f.to) || s.peerCut[[2]string{f.from, f.to}] || to.paused || (s.drop > 0 && s.rand.Float64() < s.drop) {
+	if !s.reach(f.from, f.to) || s.peerCut[[2]string{f.from, f.to}] || to.paused || (s.drop > 0 && s.rand.Float64() < s.drop) ||
+		(s.dropIf != nil && s.dropIf(f)) {
 		return
 	}
 	reply := to.c.receive(s.local(to, s.now), f.env)

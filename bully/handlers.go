@@ -187,7 +187,7 @@ func (m *Machine) win() {
 
 // checkPreempt makes the leader yield to a higher eligible node that has
 // been live, and claimed leadership in answer to every COORDINATOR, for
-// Stabilization. Gossip's word that a node is alive is not enough: a node
+// Stabilization: at least twice, the latest claim recent. Gossip's word that a node is alive is not enough: a node
 // cut off from the voters (or frozen) does not claim, and yielding to it
 // would leave the cluster without a leader.
 func (m *Machine) checkPreempt(now time.Time) {
@@ -206,7 +206,7 @@ func (m *Machine) checkPreempt(now time.Time) {
 		if until, ok := m.held[p.Name]; ok && until.After(since) {
 			since = until
 		}
-		if now.Sub(since) >= m.cfg.Stabilization {
+		if c.last.After(c.since) && now.Sub(since) >= m.cfg.Stabilization {
 			m.stepDown(now, false)
 			return
 		}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// The named scenarios of the safety review: each failed on the code before
+// its fix. check() runs after every step, so a scenario only has to bring
+// the cluster where the fault could show.
+
+// TestRenewalOnlyVoterHoldsAfterRestart: n1 is admitted as a voter after
+// n5's term began, so it has only granted renewals. With the cluster split
+// {n4, n5} | {n2, n3} and n1 reaching both sides, n5's lease rests on n5,
+// n4 and n1. n1 is killed just as n3 starts to campaign (so n3's round gets
+// no "promised" answer from it and retries soon) and restarted a little
+// later, at many instants: it must hold its vote, or n3 wins n1, n2, n3
+// while n5's lease is still valid (before the fix: a voter whose store
+// recorded no acquire skipped the restart hold).
+func TestRenewalOnlyVoterHoldsAfterRestart(t *testing.T) {
+	for k := range 12 {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.initial = 4
+			for id := 1; id <= 5; id++ {
+				name := fmt.Sprintf("n%d", id)
+				s.nodes[name] = s.newNode(name, uint64(id))
+				s.order = append(s.order, name)
+			}
+			s.nodes["n1"].up = false
+			s.bootTogether(4, "n2", "n3", "n4", "n5")
+			s.waitLeader(10*time.Second, "n5")
+			s.boot("n1", 0) // a voter added later: admitted by n5
+			n1 := leasing.Node{ID: 1, Name: "n1"}
+			for end := s.now.Add(10 * time.Second); !s.nodes["n5"].rosters.r.Contains(n1) || s.nodes["n5"].rosters.r.Joint(); s.tick() {
+				if s.now.After(end) {
+					t.Fatalf("n1 not admitted\n%s", s.dump())
+				}
+			}
+			s.run(s.ttl) // n1 now grants n5's renewals
+			s.partition([]string{"n4", "n5"}, []string{"n2", "n3"})
+			s.run(600*time.Millisecond + time.Duration(k)*50*time.Millisecond)
+			s.crash("n1")
+			s.run(400 * time.Millisecond)
+			s.boot("n1", 0)
+			s.run(3 * s.ttl)
+		})
+	}
+}
+
+// TestMixedTTLHoldCoversLongestPromise: n3 runs with a TTL three times
+// the others' (a rolling change of --lease-ttl) and leads; then its
+// messages to n1 are lost, so its lease rests on n3 and n2. n2 restarts:
+// it must hold its vote for the 3× TTL it promised n3, not for its own TTL,
+// or n1 and n2 elect a leader while n3's lease is valid.
+func TestMixedTTLHoldCoversLongestPromise(t *testing.T) {
+	for k := range 6 {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.addNodesWith(3, func(i int, n *cnode) {
+				if i == 3 {
+					n.ttl = 3 * s.ttl
+				}
+			})
+			s.waitLeader(10*time.Second, "n3")
+			s.cutPeers("n3", "n1", true)
+			s.run(s.nodes["n3"].ttl) // n1's promise to n3 runs out
+			s.run(time.Duration(k) * s.ttl / 3)
+			s.crash("n2")
+			s.run(100 * time.Millisecond)
+			s.boot("n2", 0)
+			s.partition([]string{"n3"}, []string{"n1", "n2"})
+			s.run(3 * s.nodes["n3"].ttl)
+		})
+	}
+}
+
+// TestVoterFileLostRosterKeptIsAmnesiac: a voter whose voter file is gone
+// but whose roster names it forgot the epochs it granted: it must learn its
+// floor before it votes (before the fix it started as a fresh voter and
+// could grant an epoch it had granted before).
+func TestVoterFileLostRosterKeptIsAmnesiac(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10*time.Second, "n3")
+	s.crash("n2")
+	s.nodes["n2"].grants = &memStore{}
+	s.nodes["n2"].granted = 0
+	s.boot("n2", 0)
+	if !s.nodes["n2"].c.amnesiac {
+		t.Fatal("n2 lost its voter file but does not wait to learn its floor")
+	}
+	s.run(4 * s.ttl)
+	if s.nodes["n2"].c.amnesiac {
+		t.Fatalf("n2 never learned its floor\n%s", s.dump())
+	}
+}
+
+// TestPartialPeerCutElects: gossip lists n5 alive everywhere, but its peer
+// messages reach only n4. The connected majority n1–n4 must elect n4 and
+// keep it (before the fix n5 answered every ELECTION of n4 and no one led);
+// n5 restarting into the same cut must not take leadership from n4.
+func TestPartialPeerCutElects(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	for _, x := range []string{"n1", "n2", "n3"} {
+		s.cutPeers("n5", x, false)
+	}
+	l, took := s.waitLeader(2*s.ttl+10*time.Second, "n4")
+	t.Logf("%s leads after %v", l, took)
+	term := s.nodes["n4"].c.lease.epoch
+	stab := s.nodes["n4"].c.cfg.Election.Stabilization
+	s.run(3 * stab)
+	s.crash("n5")
+	s.boot("n5", 0)
+	s.run(3 * stab)
+	if s.leader() != "n4" || s.nodes["n4"].c.lease.epoch != term {
+		t.Fatalf("leader %q epoch %d, want n4 still in epoch %d (terms led: %v)\n%s", s.leader(), s.nodes["n4"].c.lease.epoch, term, s.nodes["n4"].led, s.dump())
+	}
+	s.heal()
+	if l, _ := s.waitLeader(3*stab+5*time.Second, "n5"); l != "n5" {
+		t.Fatalf("after healing, leader %s, want n5", l)
+	}
+}
+
+// TestExpectWithOneNodeTooManyNeverSplits: four fresh voters started with
+// --expect 3, and n1 and n4 do not see each other at first: n1 sees {n1,
+// n2, n3} and n4 sees {n2, n3, n4}. Before the fix each bootstrapped its
+// own roster; now at most one roster exists, and a stalled bootstrap says
+// why.
+func TestExpectWithOneNodeTooManyNeverSplits(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.initial = 3
+	for k := 1; k <= 4; k++ {
+		name := fmt.Sprintf("n%d", k)
+		s.nodes[name] = s.newNode(name, uint64(k))
+		s.order = append(s.order, name)
+	}
+	s.partition([]string{"n1"}, []string{"n4"})
+	s.bootTogether(3, "n2", "n3")
+	s.bootTogether(3, "n1", "n4")
+	s.run(time.Second)
+	s.heal()
+	s.run(10 * time.Second)
+	s.checkOneCluster()
+}
+
+// TestResignStopsCommandBeforeRelease: a leader resigns while its tenure
+// run command takes a while to stop; the release must wait for the stop,
+// or the next leader's command starts while the old one still runs. The
+// old driver (eagerRelease) must be caught by the check.
+func TestResignStopsCommandBeforeRelease(t *testing.T) {
+	for _, eager := range []bool{true, false} {
+		ft := &fakeT{TB: t, name: fmt.Sprintf("%s/%v", t.Name(), eager)}
+		func() {
+			defer func() { _ = recover() }()
+			s := newCsim(ft, testlog.Seed(ft))
+			s.eagerRelease = eager
+			s.addNodes(3)
+			for _, n := range s.nodes {
+				n.run.grace = s.ttl / 4
+			}
+			for range 5 {
+				l, _ := s.waitLeader(3 * s.ttl)
+				s.run(s.ttl / 2)
+				n := s.nodes[l]
+				_ = n.c.resign(s.local(n, s.now))
+				s.collect(l)
+				s.run(s.ttl)
+			}
+		}()
+		switch {
+		case eager && !ft.failed:
+			t.Fatal("the check did not catch two commands running at once with the eager release")
+		case !eager && ft.failed:
+			t.Fatal(ft.msg)
+		}
+	}
+}
+
+// TestLateRenewalAfterReleaseIsRefused: a renewal overtaken by the
+// leader's release must not promise the resigned leader again.
+func TestLateRenewalAfterReleaseIsRefused(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	n := s.nodes[l]
+	epoch := n.c.lease.epoch
+	voter := s.nodes["n1"]
+	if l == "n1" {
+		voter = s.nodes["n2"]
+	}
+	self := leasing.Node{ID: n.id, Name: l}
+	r := voter.c.roster()
+	renew := leasing.Request{Kind: leasing.Renew, Candidate: self, Epoch: epoch, TTL: s.ttl,
+		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch}
+	release := renew
+	release.Kind = leasing.Release
+	now := s.local(voter, s.now)
+	voter.c.receive(now, envelope{Lease: &release})
+	if rep := voter.c.receive(now, envelope{Lease: &renew}); rep.LeaseReply.Granted {
+		t.Fatalf("%s granted a renewal of epoch %d after its release", voter.name, epoch)
+	}
+}
+
+// bootTogether starts the named nodes at the same instant, before any of
+// them sees the others: gossip views form only afterwards.
+func (s *csim) bootTogether(expect int, names ...string) {
+	for _, name := range names {
+		n := s.nodes[name]
+		st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
+		c, err := newCore(s.config(n, expect), st, s.logger(name), s.local(n, s.now))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		n.c, n.up, n.paused = c, true, false
+		n.boots++
+	}
+	s.syncViews()
+}
+
+// TestTimedOutJointStepIsRetried: the leader's joint roster step (admitting
+// n1) reaches no other voter of the old set before its budget runs out. It
+// must propose the joint step again, not move on to the final roster, which
+// would count under a roster no majority of the old set stored (before the
+// fix it proposed the final roster of its locally stored joint one).
+func TestTimedOutJointStepIsRetried(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.initial = 3
+	for id := 1; id <= 4; id++ {
+		name := fmt.Sprintf("n%d", id)
+		s.nodes[name] = s.newNode(name, uint64(id))
+		s.order = append(s.order, name)
+	}
+	s.nodes["n1"].up = false
+	s.bootTogether(3, "n2", "n3", "n4")
+	s.waitLeader(10*time.Second, "n4")
+	lost := true
+	s.dropIf = func(f flight) bool {
+		step := f.env.RosterUpdate != nil || f.env.Roster != nil // as a step, or fetched
+		return lost && step && (f.to == "n2" || f.to == "n3")
+	}
+	s.boot("n1", 0)
+	s.run(3 * s.ttl) // every joint step times out; check() asserts the rule
+	lost = false
+	n1 := leasing.Node{ID: 1, Name: "n1"}
+	for end := s.now.Add(10 * time.Second); ; s.tick() {
+		if r := s.nodes["n4"].rosters.r; r.Contains(n1) && !r.Joint() {
+			break
+		}
+		if s.now.After(end) {
+			t.Fatalf("n1 never admitted once the steps got through\n%s", s.dump())
+		}
+	}
+}
