@@ -155,6 +155,7 @@ func (c *core) pushRoster() {
 func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 	ack := rosterAck{From: c.cfg.Self, Version: u.Roster.Version, Epoch: u.Roster.Epoch}
 	cur := c.roster()
+	c.checkDiverged(u.Roster)
 	switch {
 	case cur.ClusterID != "" && u.Roster.ClusterID != cur.ClusterID:
 		ack.Reason = "other cluster"
@@ -180,6 +181,7 @@ func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 // refusal, so this node campaigns under it next time.
 func (c *core) adoptNewer(r leasing.Roster) {
 	cur := c.roster()
+	c.checkDiverged(r)
 	if r.ClusterID != cur.ClusterID || !r.Newer(cur) {
 		return
 	}
@@ -188,6 +190,23 @@ func (c *core) adoptNewer(r leasing.Roster) {
 		return
 	}
 	c.log.Info("learned a newer roster", "roster", r.String())
+}
+
+// checkDiverged reports, loudly and once per roster, a roster of this
+// node's cluster that has the same version and term as its own but other
+// voters: two rosters that should be one. It means the cluster's rosters
+// were created or changed outside the rules (for example a data dir copied
+// between hosts), and leases may not be exclusive.
+func (c *core) checkDiverged(r leasing.Roster) {
+	cur := c.roster()
+	if r.ClusterID != cur.ClusterID || r.Version != cur.Version || r.Epoch != cur.Epoch || r.String() == cur.String() {
+		return
+	}
+	if key := "diverged " + r.String(); !c.warned[key] {
+		c.warned[key] = true
+		c.log.Error("a member holds a different roster of this cluster at the same version: two rosters that should be one; check for copied data dirs",
+			"this_roster", cur.String(), "other_roster", r.String())
+	}
 }
 
 // forceLeave asks this node, as leader, to remove a voter that will not

@@ -49,7 +49,7 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 		return
 	}
 	if !c.roster().IsZero() {
-		c.adoptNewer(r)
+		c.adoptNewer(r) // also reports a diverged roster
 		return
 	}
 	if err := c.rosters.Save(r); err != nil {

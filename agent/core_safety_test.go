@@ -257,3 +257,23 @@ func TestTimedOutJointStepIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestDivergedRosterIsReported: a roster of this node's cluster with the
+// same version but other voters is two rosters that should be one: the
+// node says so (once), and keeps its own.
+func TestDivergedRosterIsReported(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10 * time.Second)
+	n := s.nodes["n1"]
+	mine := n.c.roster()
+	other := mine
+	other.Voters = []leasing.Node{{ID: 1, Name: "n1"}, {ID: 9, Name: "n9"}}
+	n.c.receive(s.local(n, s.now), envelope{Roster: &other})
+	if !n.c.warned["diverged "+other.String()] {
+		t.Fatal("a diverged roster of the same cluster and version was not reported")
+	}
+	if n.c.roster().String() != mine.String() {
+		t.Fatalf("n1 replaced its roster %v with %v", mine, n.c.roster())
+	}
+}
