@@ -7,7 +7,7 @@ GO ?= go
 # the deadline with no failing input (golang/go#75804, fixed in go1.27).
 FUZZTIME ?= 20000x
 
-.PHONY: build demo cluster test check fuzz-short fuzz
+.PHONY: build demo cluster test check fuzz-short fuzz sim
 
 build:
 	$(GO) build -o bin/tenure ./cmd/tenure
@@ -34,8 +34,16 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEpoch$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFence$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRoster$$' -fuzztime=$(FUZZTIME) ./leasing
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeVoter$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./agent
 	$(GO) test -run='^$$' -fuzz='^FuzzServerFrame$$' -fuzztime=$(FUZZTIME) ./rpc
+
+# Many random schedules of the deterministic core (make test runs 400, 100
+# bootstrap races and 20 replays of the old release order); the results of
+# the last long run are in docs/RELIABILITY.md.
+SCHEDULES ?= 5000
+sim:
+	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesFindEagerRelease)$$' ./agent -args -schedules=$(SCHEDULES)
 
 # A longer fuzz run: make fuzz FUZZTIME=2000000x (or a duration such as 10m,
 # keeping in mind the go1.26 deadline race above).

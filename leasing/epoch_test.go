@@ -108,3 +108,24 @@ func TestVoterStoreRoundTripAndUpgrade(t *testing.T) {
 		t.Fatalf("read back epoch %d ttl %v, want 8 and 1s", again.Epoch(), again.LongestTTL())
 	}
 }
+
+// FuzzDecodeVoter: the voter file decoder accepts only what encodeVoter
+// writes (v2) or a canonical v1 file, and never a TTL beyond any lease.
+func FuzzDecodeVoter(f *testing.F) {
+	f.Add(encodeVoter(voterState{epoch: 3, longest: 10 * time.Second}))
+	f.Add(grantedFormat.encode(9))
+	f.Add([]byte("tenure-voter v2\ngranted 1\nmax_ttl_ms 5\ncrc32 00000000\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st, err := decodeVoter(data)
+		if err != nil {
+			return
+		}
+		v1 := string(grantedFormat.encode(st.epoch)) == string(data)
+		if !v1 && string(encodeVoter(st)) != string(data) {
+			t.Fatalf("accepted non-canonical file %q as %+v", data, st)
+		}
+		if st.longest > maxRecordedTTL {
+			t.Fatalf("accepted a TTL of %v", st.longest)
+		}
+	})
+}
