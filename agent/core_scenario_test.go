@@ -608,6 +608,7 @@ func (s *csim) checkOneCluster() {
 	if len(clusters) == 0 && !s.saidWhy() {
 		s.t.Fatalf("no roster, and no node says why\n%s", s.dump())
 	}
+	s.t.Logf("bootstrap outcome: %d cluster(s)", len(clusters))
 }
 
 // saidWhy reports whether a running node reported a stalled bootstrap.
