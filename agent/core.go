@@ -40,6 +40,7 @@ type core struct {
 
 	live  map[string]memberView // live members, self included
 	reach reach                 // whether the peer transport reaches a majority
+	jumps jumpReport            // refused epoch jumps, for the log
 
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
@@ -289,6 +290,10 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 	if c.grants == nil {
 		return refuse(leasing.ReasonNotVoter)
 	}
+	if req.Kind != leasing.Release && c.epochJumps(req.Epoch) {
+		c.reportJump(now, req.Candidate.Name, req.Epoch)
+		return refuse(leasing.ReasonEpochJump)
+	}
 	if c.amnesiac && req.Kind != leasing.Release {
 		if now.Before(c.holdEnd) || !c.floorKnown() {
 			return refuse(leasing.ReasonRestarting)
@@ -307,6 +312,14 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 func (c *core) process(now time.Time) {
 	for c.failed == nil {
 		rd := c.m.Ready()
+		if rd.RefusedEpoch != 0 {
+			c.reportJump(now, rd.RefusedFrom.Name, rd.RefusedEpoch)
+		}
+		if rd.Exhausted && !c.warned["exhausted"] {
+			c.warned["exhausted"] = true
+			c.log.Error("this node's epoch is the largest there is: it will not start a term; the epochs were driven up by a forged or corrupt message",
+				"epoch", rd.Epoch)
+		}
 		if err := c.epochs.Raise(rd.Epoch); err != nil {
 			c.failed = fmt.Errorf("persist epoch %d: %w", rd.Epoch, err)
 			return

@@ -48,10 +48,23 @@ type Config struct {
 	// RetryDelay bounds the random wait after a failed lease round before the
 	// next campaign. Default 1s.
 	RetryDelay time.Duration
+	// MaxEpochJump bounds how far above the highest epoch this node has seen
+	// a peer's message may name an epoch or term: a message beyond it is
+	// dropped and reported (Ready.RefusedEpoch), never adopted. Legitimate
+	// epochs grow by one per lease attempt, so a jump of this size cannot
+	// come from a working cluster; a forged one would otherwise be persisted
+	// and could exhaust the epochs. The bound holds for a fresh node too
+	// (its highest epoch is 0): a cluster's epochs never get near it.
+	// Default DefaultMaxEpochJump.
+	MaxEpochJump uint64
 	// Rand is the only source of randomness. Nil means a generator seeded
 	// from Self, which is deterministic; drivers should pass a random seed.
 	Rand *rand.Rand
 }
+
+// DefaultMaxEpochJump is the default Config.MaxEpochJump: about a million
+// lease attempts.
+const DefaultMaxEpochJump = 1 << 20
 
 // DefaultConfig returns the LAN timing defaults with Preempt on.
 func DefaultConfig() Config {
@@ -66,6 +79,7 @@ func DefaultConfig() Config {
 		ResignHold:         10 * time.Second,
 		AnnounceInterval:   3 * time.Second,
 		RetryDelay:         time.Second,
+		MaxEpochJump:       DefaultMaxEpochJump,
 	}
 }
 

@@ -1,6 +1,7 @@
 package bully
 
 import (
+	"math"
 	"sort"
 	"time"
 )
@@ -176,8 +177,17 @@ func (m *Machine) startElection(now time.Time) {
 	}
 }
 
-// win takes a new epoch and asks the driver for the lease round.
+// win takes a new epoch and asks the driver for the lease round. At the
+// largest epoch there is no next one: it reports Exhausted and stays a
+// follower rather than wrap around.
 func (m *Machine) win() {
+	if m.epoch == math.MaxUint64 {
+		m.ready.Exhausted = true
+		if m.state != StateLeader {
+			m.state, m.deadline = StateFollower, time.Time{}
+		}
+		return
+	}
 	m.epoch++
 	m.acquiring = m.epoch
 	m.state = StateAcquiring

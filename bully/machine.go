@@ -184,7 +184,7 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 // Step processes a message from a peer and returns the reply to send back on
 // the same exchange, if any (an ANSWER to an ELECTION).
 func (m *Machine) Step(now time.Time, msg Message) *Message {
-	if msg.From == m.cfg.Self.Node {
+	if msg.From == m.cfg.Self.Node || m.jumps(msg.From, msg.Epoch) || m.jumps(msg.From, msg.Term) {
 		return nil
 	}
 	m.heardFrom(now, msg.From)
@@ -203,6 +203,25 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 		m.conflict(now, msg.Leader, msg.Term, false)
 	}
 	return nil
+}
+
+// jumps reports (and records, for Ready) an epoch e from n that is more
+// than MaxEpochJump above the highest this node has seen.
+func (m *Machine) jumps(n Node, e uint64) bool {
+	if e <= m.epoch || e-m.epoch <= m.maxJump() {
+		return false
+	}
+	if e > m.ready.RefusedEpoch {
+		m.ready.RefusedEpoch, m.ready.RefusedFrom = e, n
+	}
+	return true
+}
+
+func (m *Machine) maxJump() uint64 {
+	if m.cfg.MaxEpochJump == 0 {
+		return DefaultMaxEpochJump
+	}
+	return m.cfg.MaxEpochJump
 }
 
 // heardFrom takes a silent node back into elections: its stabilisation
@@ -250,7 +269,9 @@ func (m *Machine) announceTerm(now time.Time) {
 // that refused it run out. The node retries after that wait plus a random
 // delay, unless a leader became known meanwhile.
 func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Duration) {
-	m.observe(seen)
+	if !m.jumps(Node{}, seen) {
+		m.observe(seen)
+	}
 	if m.state != StateAcquiring || epoch != m.acquiring {
 		return
 	}

@@ -325,3 +325,55 @@ func TestCutOffHigherNodeNeitherBlocksNorPreempts(t *testing.T) {
 		t.Fatalf("n3 took over with epoch %d, want > %d", got, first)
 	}
 }
+
+// TestEpochJumpIsRefused: a message naming an epoch or term more than
+// MaxEpochJump above what the node has seen is dropped and reported, never
+// adopted: one forged ELECTION or COORDINATOR cannot throw the epochs far
+// ahead (or wrap them).
+func TestEpochJumpIsRefused(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 1, Name: "a"}, Eligible: true}
+	cfg.Epoch = 5
+	m, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := Node{ID: 9, Name: "x"}
+	m.SetMembers(t0, []Member{{Node: evil, Eligible: true}})
+	huge := uint64(5 + DefaultMaxEpochJump + 1)
+	if r := m.Step(t0, Message{Type: MsgElection, From: evil, To: cfg.Self.Node, Epoch: huge}); r != nil {
+		t.Fatalf("answered a message with a jumping epoch: %+v", r)
+	}
+	m.Step(t0, Message{Type: MsgCoordinator, From: evil, To: cfg.Self.Node, Leader: evil, Term: 1<<64 - 1})
+	rd := m.Ready()
+	if st := m.Status(); st.Epoch != 5 || !st.Leader.IsZero() {
+		t.Fatalf("after forged messages: epoch %d leader %v, want 5 and none", st.Epoch, st.Leader)
+	}
+	if rd.RefusedEpoch != 1<<64-1 || rd.RefusedFrom != evil {
+		t.Fatalf("refusal reported as %d from %v", rd.RefusedEpoch, rd.RefusedFrom)
+	}
+	ok := uint64(5 + DefaultMaxEpochJump)
+	m.Step(t0, Message{Type: MsgCoordinator, From: evil, To: cfg.Self.Node, Leader: evil, Term: ok})
+	if st := m.Status(); st.Epoch != ok || st.Leader != evil {
+		t.Fatalf("a jump within the bound was not adopted: %+v", st)
+	}
+}
+
+// TestEpochNeverWraps: at the largest epoch a node does not campaign (it
+// would wrap to zero); it reports Exhausted instead.
+func TestEpochNeverWraps(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 1, Name: "a"}, Eligible: true}
+	cfg.Epoch = 1<<64 - 1
+	m, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Tick(t0.Add(cfg.StartupDelay + cfg.Jitter))
+	rd := m.Ready()
+	if rd.Acquire != 0 || !rd.Exhausted || rd.Epoch != 1<<64-1 {
+		t.Fatalf("at the largest epoch: acquire %d exhausted %v epoch %d", rd.Acquire, rd.Exhausted, rd.Epoch)
+	}
+}

@@ -161,4 +161,13 @@ type Ready struct {
 	Release uint64
 	// Epoch is the highest epoch seen or used so far.
 	Epoch uint64
+	// RefusedEpoch, when non-zero, is the highest epoch or term named by a
+	// peer message that was dropped for jumping more than MaxEpochJump
+	// above Epoch (from RefusedFrom). The driver should report it: it is a
+	// forged message or a node far out of date.
+	RefusedEpoch uint64
+	RefusedFrom  Node
+	// Exhausted reports that this node cannot start a term: its epoch is
+	// the largest there is.
+	Exhausted bool
 }

@@ -68,6 +68,9 @@ const (
 	ReasonStorage Reason = "storage-error"
 	// ReasonTTL: the requested TTL is out of bounds.
 	ReasonTTL Reason = "bad-ttl"
+	// ReasonEpochJump: the epoch is far above anything the voter has seen:
+	// a forged request, or a candidate far out of date.
+	ReasonEpochJump Reason = "epoch-jump"
 )
 
 // Reply is a voter's answer.

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+)
+
+// jumpReport rate-limits the reports of refused epoch jumps.
+type jumpReport struct {
+	next    time.Time // no report before
+	count   int       // refusals since the last report
+	highest uint64
+	from    string
+}
+
+// jumpReportInterval bounds how often refused epoch jumps are logged.
+const jumpReportInterval = 30 * time.Second
+
+// epochJumps reports whether epoch, named by a peer's lease request, is
+// more than the election's MaxEpochJump above the highest epoch this node
+// has seen or granted.
+func (c *core) epochJumps(epoch uint64) bool {
+	base := max(c.epochs.Epoch(), c.granted.Epoch())
+	limit := c.cfg.Election.MaxEpochJump
+	if limit == 0 {
+		limit = bully.DefaultMaxEpochJump
+	}
+	return epoch > base && epoch-base > limit
+}
+
+// reportJump logs a refused epoch jump at ERROR, at most once per
+// interval with the count since the last line: a forged message cannot
+// flood the log.
+func (c *core) reportJump(now time.Time, from string, epoch uint64) {
+	r := &c.jumps
+	r.count++
+	if epoch > r.highest {
+		r.highest, r.from = epoch, from
+	}
+	if now.Before(r.next) {
+		return
+	}
+	c.log.Error("refused a peer message whose epoch jumps far above this node's: not adopted (a forged message, or a node far out of date)",
+		"highest_refused", r.highest, "from", clipName(r.from), "this_epoch", c.epochs.Epoch(), "count", r.count)
+	r.next, r.count, r.highest = now.Add(jumpReportInterval), 0, 0
+}
+
+// clipName shortens a peer-chosen name before it reaches the log.
+func clipName(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
