@@ -73,9 +73,11 @@ type Config struct {
 	// keyring (a JSON array of base64 keys, the primary first, mode 0600),
 	// rewritten after every key change (see Membership.InstallKey), so that
 	// a restarted node keeps the keys the cluster rotated to. If the file
-	// exists, Start uses it and ignores EncryptKey; if not and EncryptKey is
-	// set, Start creates it holding EncryptKey. "" keeps no file: a restart
-	// starts again from EncryptKey.
+	// exists, Start uses its keys, its first key as the primary, even
+	// without EncryptKey; EncryptKey, if set, must be one of them, or Start
+	// fails with ErrKeyNotInKeyring. If the file does not exist and
+	// EncryptKey is set, Start creates it holding EncryptKey. "" keeps no
+	// file: a restart starts again from EncryptKey.
 	KeyringFile string
 }
 

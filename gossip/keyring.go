@@ -26,6 +26,12 @@ import (
 // without encryption.
 var ErrNoKeyring = errors.New("gossip: no keyring: the agent was started without --encrypt")
 
+// ErrKeyNotInKeyring is returned by Start when Config.EncryptKey is set and
+// the existing Config.KeyringFile does not hold it: the cluster rotated to
+// other keys since the file was written, or the key is wrong. Start never
+// ignores a key it is given.
+var ErrKeyNotInKeyring = errors.New("gossip: the encrypt key is not in the keyring file")
+
 // maxKeyringFileSize bounds how much of a keyring file is read. A file holds
 // a few base64 keys of at most 44 characters each.
 const maxKeyringFileSize = 64 << 10
@@ -62,44 +68,16 @@ type keyringState struct {
 	callbacks []func(primary []byte, all [][]byte)
 }
 
-// setupKeyring builds the keyring serf will use, from Config.KeyringFile
-// when that file exists, else from Config.EncryptKey (creating the keyring
-// file with it when one is configured), and points serf at the file.
+// setupKeyring builds the keyring serf will use (see loadKeys) and points
+// serf at the keyring file.
 func (m *Membership) setupKeyring(sc *serf.Config) error {
 	mc := sc.MemberlistConfig
 	mc.SecretKey = nil // memberlist would make it primary over the file's
-	keys := [][]byte(nil)
-	if len(m.cfg.EncryptKey) > 0 {
-		keys = [][]byte{m.cfg.EncryptKey}
+	keys, err := m.loadKeys()
+	if err != nil {
+		return err
 	}
-	if file := m.cfg.KeyringFile; file != "" {
-		fileKeys, err := readKeyringFile(file)
-		switch {
-		case err == nil:
-			if len(keys) > 0 {
-				m.logger.Info("gossip: using the keys of the keyring file; the encrypt key is ignored",
-					"file", file, "keys", len(fileKeys),
-					"encrypt_key_in_file", slices.ContainsFunc(fileKeys, func(k []byte) bool { return bytes.Equal(k, keys[0]) }))
-			} else {
-				m.logger.Info("gossip: using the keys of the keyring file", "file", file, "keys", len(fileKeys))
-			}
-			keys = fileKeys
-			if err := checkWritable(file); err != nil {
-				return err
-			}
-			m.warnIfReadable(file)
-		case !errors.Is(err, fs.ErrNotExist):
-			return err
-		case len(keys) > 0:
-			if err := writeKeyringFile(file, keys); err != nil {
-				return err
-			}
-			m.logger.Info("gossip: created the keyring file with the encrypt key", "file", file)
-		default:
-			m.logger.Warn("gossip: no keyring file and no encrypt key: gossip is not encrypted", "file", file)
-		}
-		sc.KeyringFile = file
-	}
+	sc.KeyringFile = m.cfg.KeyringFile
 	if len(keys) == 0 {
 		return nil
 	}
@@ -110,6 +88,69 @@ func (m *Membership) setupKeyring(sc *serf.Config) error {
 	mc.Keyring = ring
 	m.keys.ring = ring
 	return nil
+}
+
+// loadKeys returns the keys to start with, the primary first: those of
+// Config.KeyringFile when that file exists (Config.EncryptKey, if set, must
+// be one of them), else EncryptKey, with which it creates the keyring file
+// when one is configured. No keys means no encryption.
+func (m *Membership) loadKeys() ([][]byte, error) {
+	var keys [][]byte
+	if len(m.cfg.EncryptKey) > 0 {
+		keys = [][]byte{m.cfg.EncryptKey}
+	}
+	file := m.cfg.KeyringFile
+	if file == "" {
+		return keys, nil
+	}
+	fileKeys, err := readKeyringFile(file)
+	switch {
+	case err == nil:
+		return fileKeys, m.checkKeyringFile(file, fileKeys)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	case len(keys) > 0:
+		if err := writeKeyringFile(file, keys); err != nil {
+			return nil, err
+		}
+		m.logger.Info("gossip: created the keyring file with the encrypt key", "file", file)
+	default:
+		m.logger.Warn("gossip: no keyring file and no encrypt key: gossip is not encrypted", "file", file)
+	}
+	return keys, nil
+}
+
+// checkKeyringFile checks an existing keyring file before its keys are
+// used: it must hold Config.EncryptKey when that is set (a key the caller
+// gives is never ignored), and be writable. It says which keys gossip uses.
+func (m *Membership) checkKeyringFile(file string, fileKeys [][]byte) error {
+	key := m.cfg.EncryptKey
+	if len(key) > 0 && !slices.ContainsFunc(fileKeys, func(k []byte) bool { return bytes.Equal(k, key) }) {
+		return fmt.Errorf("%w %s (it holds %s)", ErrKeyNotInKeyring, file, countKeys(len(fileKeys), "other "))
+	}
+	if err := checkWritable(file); err != nil {
+		return err
+	}
+	m.warnIfReadable(file)
+	switch {
+	case len(key) == 0:
+		m.logger.Info("gossip: encrypted with the keys of the keyring file (no encrypt key was given)",
+			"file", file, "keys", len(fileKeys))
+	case !bytes.Equal(key, fileKeys[0]):
+		m.logger.Info("gossip: using the keys of the keyring file; its primary key is not the encrypt key, which it also holds (the cluster rotated keys)",
+			"file", file, "keys", len(fileKeys))
+	default:
+		m.logger.Info("gossip: using the keys of the keyring file", "file", file, "keys", len(fileKeys))
+	}
+	return nil
+}
+
+// countKeys says "1 key" or "n keys", with an adjective before "key".
+func countKeys(n int, adj string) string {
+	if n == 1 {
+		return "1 " + adj + "key"
+	}
+	return fmt.Sprintf("%d %skeys", n, adj)
 }
 
 // readKeyringFile reads a keyring file as serf writes it: a JSON array of

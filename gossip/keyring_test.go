@@ -260,12 +260,20 @@ func TestKeyRotation(t *testing.T) {
 		t.Logf("join with the removed key: %v", err)
 	}
 
-	// A node restarted with its keyring file rejoins with the new key,
-	// although its config still names the old one.
+	// A node restarted with its config still naming the removed key is
+	// refused, naming its keyring file; restarted with its keyring file
+	// alone, it rejoins with the new key.
 	nodes[2].Shutdown()
 	cfg := nodes[2].cfg
 	cfg.BindAddr = nodes[2].LocalMember().Addr
 	cfg.Join = []string{admin.LocalMember().Addr}
+	if m, err := Start(cfg); err == nil {
+		m.Shutdown()
+		t.Fatal("a node restarted with the removed key as its encrypt key started")
+	} else if !errors.Is(err, ErrKeyNotInKeyring) || !strings.Contains(err.Error(), cfg.KeyringFile) {
+		t.Fatalf("restart with the removed key: %v; want ErrKeyNotInKeyring naming %s", err, cfg.KeyringFile)
+	}
+	cfg.EncryptKey = nil
 	back := startNode(t, cfg)
 	if primary, all := back.LocalKeys(); !bytes.Equal(primary, newKey) || !sameKeys(all, [][]byte{newKey}) {
 		t.Fatalf("restarted node has keys %q, want only the new key", all)
@@ -303,17 +311,35 @@ func TestKeyringWithoutEncryption(t *testing.T) {
 	}
 }
 
-func TestKeyringFileWinsOverEncryptKey(t *testing.T) {
+// TestKeyringFileIsAlwaysUsed: an existing keyring file gives the keys,
+// with or without an encrypt key; an encrypt key the file lacks is an error
+// naming the file, never silently ignored.
+func TestKeyringFileIsAlwaysUsed(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "keyring")
 	if err := writeKeyringFile(file, [][]byte{newKey, oldKey}); err != nil {
 		t.Fatal(err)
 	}
+	for _, key := range [][]byte{oldKey, newKey, nil} {
+		cfg := testConfig(t, 0)
+		cfg.EncryptKey = key
+		cfg.KeyringFile = file
+		nd := startNode(t, cfg)
+		if primary, all := nd.LocalKeys(); !bytes.Equal(primary, newKey) || !sameKeys(all, [][]byte{newKey, oldKey}) {
+			t.Fatalf("encrypt key %q: LocalKeys = %q, %q; want the file's keys", key, primary, all)
+		}
+		nd.Shutdown()
+	}
 	cfg := testConfig(t, 0)
-	cfg.EncryptKey = oldKey
+	cfg.EncryptKey = []byte("another key, in no keyring file.")
 	cfg.KeyringFile = file
-	nd := startNode(t, cfg)
-	if primary, all := nd.LocalKeys(); !bytes.Equal(primary, newKey) || !sameKeys(all, [][]byte{newKey, oldKey}) {
-		t.Fatalf("LocalKeys = %q, %q; want the file's keys", primary, all)
+	m, err := Start(cfg)
+	if err == nil {
+		m.Shutdown()
+		t.Fatal("Start used a keyring file that lacks the encrypt key")
+	}
+	want := "gossip: the encrypt key is not in the keyring file " + file + " (it holds 2 other keys)"
+	if !errors.Is(err, ErrKeyNotInKeyring) || err.Error() != want {
+		t.Fatalf("Start with a key the file lacks: %q; want %q", err, want)
 	}
 	checkFile(t, file, [][]byte{newKey, oldKey})
 }
