@@ -55,6 +55,13 @@
 // keep its runs short. Runs of different hooks are not ordered with respect
 // to each other.
 //
+// Runner.Barrier waits for the runs queued so far. The agent uses it when a
+// term it led ends while the lease is still valid: it releases the lease
+// only after the runs of its leadership hooks queued until then (the
+// lost-leadership run, and a became-leader run still going) are done, or
+// at the lease deadline without a release. So a lost-leadership hook that
+// finishes in time runs before the next leader's became-leader.
+//
 // Hooks are notifications, not a fence: a became-leader run may start after
 // leadership has already been lost again, and a run is not stopped when
 // leadership ends. Work that must never overlap another leader's must check

@@ -155,6 +155,39 @@ func (r *Runner) Dispatch(ev Event) {
 	}
 }
 
+// Barrier returns a function that waits until every run queued so far for
+// the hooks that want any of events has finished (or was dropped, or cut
+// short by Close), or until its ctx ends (then it returns an error wrapping
+// ctx's error). Runs queued after Barrier returns are not waited for. It
+// returns nil when there is nothing to wait for. The agent uses it to let
+// the hook runs of an ended term finish before it releases the lease.
+func (r *Runner) Barrier(events ...string) func(ctx context.Context) error {
+	type mark struct {
+		w *worker
+		n uint64
+	}
+	var marks []mark
+	for _, w := range r.workers {
+		if !slices.ContainsFunc(events, w.hook.wants) {
+			continue
+		}
+		if n, waiting := w.pending(); waiting {
+			marks = append(marks, mark{w, n})
+		}
+	}
+	if len(marks) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		for _, m := range marks {
+			if err := m.w.waitSettled(ctx, m.n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // Close stops accepting events and lets every queued run happen until ctx
 // ends. Then it drops the events still queued, SIGKILLs the process group
 // of every run still going, and returns an error wrapping ctx's error. It

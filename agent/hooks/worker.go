@@ -1,6 +1,8 @@
 package hooks
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 )
@@ -15,11 +17,15 @@ type worker struct {
 
 	mu       sync.Mutex // guards the fields below
 	queue    []Event
-	finished bool // no event will be queued any more
+	finished bool          // no event will be queued any more
+	queued   uint64        // events ever queued
+	settled  uint64        // of those, the ones run or dropped
+	progress chan struct{} // closed (and replaced) when settled grows
 }
 
 func newWorker(r *Runner, h Hook) *worker {
-	return &worker{r: r, hook: h, log: r.log.With("hook", h.Name), wake: make(chan struct{}, 1)}
+	return &worker{r: r, hook: h, log: r.log.With("hook", h.Name), wake: make(chan struct{}, 1),
+		progress: make(chan struct{})}
 }
 
 // enqueue appends ev, dropping the oldest waiting event when the queue is
@@ -32,8 +38,10 @@ func (w *worker) enqueue(ev Event) {
 		dropped = &old
 		w.queue[0] = Event{}
 		w.queue = w.queue[1:]
+		w.settleLocked(1)
 	}
 	w.queue = append(w.queue, ev)
+	w.queued++
 	w.mu.Unlock()
 	w.signal()
 	if dropped != nil {
@@ -68,6 +76,9 @@ func (w *worker) loop() {
 			return
 		}
 		w.run(ev)
+		w.mu.Lock()
+		w.settleLocked(1)
+		w.mu.Unlock()
 	}
 }
 
@@ -105,8 +116,46 @@ func (w *worker) dropQueue() {
 	w.mu.Lock()
 	q := w.queue
 	w.queue = nil
+	w.settleLocked(uint64(len(q)))
 	w.mu.Unlock()
 	for _, ev := range q {
 		w.log.Warn("hooks: closing; queued event not run", "event", ev.Event, "epoch", ev.Epoch)
+	}
+}
+
+// settleLocked counts n more events run or dropped and wakes the waiters
+// of waitSettled. w.mu must be held.
+func (w *worker) settleLocked(n uint64) {
+	if n == 0 {
+		return
+	}
+	w.settled += n
+	close(w.progress)
+	w.progress = make(chan struct{})
+}
+
+// pending returns how many events have been queued so far, and whether
+// some of them have not been run or dropped yet.
+func (w *worker) pending() (queued uint64, waiting bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queued, w.settled < w.queued
+}
+
+// waitSettled waits until the first n events queued have been run or
+// dropped, or ctx ends.
+func (w *worker) waitSettled(ctx context.Context, n uint64) error {
+	for {
+		w.mu.Lock()
+		done, progress := w.settled >= n, w.progress
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("hooks: waiting for %s's runs: %w", w.hook.Name, ctx.Err())
+		}
 	}
 }
