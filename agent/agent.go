@@ -44,6 +44,7 @@ type Agent struct {
 	inbox      chan func()
 	core       *core
 	advertised leasing.Roster // the roster this node's gossip tags advertise
+	runners    *runnerSet     // registered over the socket
 
 	mu   sync.Mutex
 	snap snapshot
@@ -74,6 +75,7 @@ func Start(cfg Config) (*Agent, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.Name),
 		events:   newBroadcaster(),
+		runners:  newRunnerSet(),
 		inbox:    make(chan func()),
 		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),

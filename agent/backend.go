@@ -34,20 +34,23 @@ func (b backend) Resign(ctx context.Context) error { return b.a.Resign(ctx) }
 // Watch streams events, starting with the current leadership as a
 // leader-changed (or no-leader) event.
 func (b backend) Watch(context.Context) (<-chan rpc.Event, func(), error) {
-	ch, cancel := b.a.events.subscribe(func() rpc.Event {
-		st := b.a.Status()
-		first := rpc.Event{
-			Time:   time.Now().UTC().Format(time.RFC3339Nano),
-			Event:  rpc.EventLeaderChanged,
-			Leader: st.Leader,
-			Node:   st.Node,
-		}
-		if st.Leader == nil {
-			first.Event = rpc.EventNoLeader
-		}
-		return first
-	})
+	ch, cancel := b.a.events.subscribe(b.currentLeader)
 	return ch, cancel, nil
+}
+
+// currentLeader is a watch's first event: the current leadership.
+func (b backend) currentLeader() rpc.Event {
+	st := b.a.Status()
+	first := rpc.Event{
+		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Event:  rpc.EventLeaderChanged,
+		Leader: st.Leader,
+		Node:   st.Node,
+	}
+	if st.Leader == nil {
+		first.Event = rpc.EventNoLeader
+	}
+	return first
 }
 
 // Members returns every member gossip knows, with its status.

@@ -20,8 +20,9 @@ type broadcaster struct {
 }
 
 type subscriber struct {
-	ch   chan rpc.Event
-	once sync.Once
+	ch      chan rpc.Event
+	observe func(rpc.Event) // nil, or called with every event queued for it
+	once    sync.Once
 }
 
 func (s *subscriber) end() { s.once.Do(func() { close(s.ch) }) }
@@ -34,10 +35,18 @@ func newBroadcaster() *broadcaster {
 // under the broadcaster's lock so that no event published meanwhile is lost,
 // then every published event. cancel is idempotent.
 func (b *broadcaster) subscribe(initial func() rpc.Event) (<-chan rpc.Event, func()) {
-	s := &subscriber{ch: make(chan rpc.Event, subscriberBuffer+1)}
+	return b.subscribeWith(initial, nil)
+}
+
+// subscribeWith is subscribe, with observe (unless nil) called with every
+// event queued for the watcher, the first one included, under the
+// broadcaster's lock and before publish returns: so the driver knows, once
+// it has published, what each runner has been told.
+func (b *broadcaster) subscribeWith(initial func() rpc.Event, observe func(rpc.Event)) (<-chan rpc.Event, func()) {
+	s := &subscriber{ch: make(chan rpc.Event, subscriberBuffer+1), observe: observe}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s.ch <- initial()
+	s.queue(initial())
 	if b.closed {
 		s.end()
 		return s.ch, func() {}
@@ -59,13 +68,25 @@ func (b *broadcaster) publish(ev rpc.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {
-		select {
-		case s.ch <- ev:
-		default:
+		if !s.queue(ev) {
 			delete(b.subs, s)
 			s.end()
 		}
 	}
+}
+
+// queue hands ev to the watcher without blocking; false when its buffer is
+// full.
+func (s *subscriber) queue(ev rpc.Event) bool {
+	select {
+	case s.ch <- ev:
+	default:
+		return false
+	}
+	if s.observe != nil {
+		s.observe(ev)
+	}
+	return true
 }
 
 func (b *broadcaster) close() {

@@ -19,7 +19,7 @@ var errTooLarge = errors.New("rpc: response too large")
 
 // conn is one server-side connection. Its goroutine (serve) does all reads
 // and writes, except that during a watch a second goroutine reads to learn
-// when the client leaves.
+// when the client leaves, and to receive a runner's stopped frames.
 type conn struct {
 	srv     *Server
 	nc      net.Conn

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProtocolDocExample replays the annotated exchange of section 9 of
@@ -30,6 +31,32 @@ func TestProtocolDocExample(t *testing.T) {
 	fb.set(func(f *fakeBackend) { f.leader = nil })
 	r.sendBytes(request)
 	expectBytes(t, r, "no-leader response", noLeader)
+}
+
+// TestProtocolDocRunnerExample sends the runner's frames of section 6.8 of
+// docs/PROTOCOL.md, byte for byte, and checks what the server made of them.
+func TestProtocolDocRunnerExample(t *testing.T) {
+	blocks := docHexBlocks(t, "../docs/PROTOCOL.md", "#### Example: a runner", "## 7.")
+	if len(blocks) != 2 {
+		t.Fatalf("found %d hex blocks in the runner example, want 2", len(blocks))
+	}
+	fb := newFakeBackend()
+	r := dialRaw(t, startServer(t, fb, nil).Path())
+	r.hello()
+	r.sendBytes(blocks[0])
+	var first Response
+	r.read(&first)
+	if first.Seq != 1 || !first.Stream || first.Error != nil {
+		t.Fatalf("first frame of the runner's watch = %+v", first)
+	}
+	runner := recv(t, fb.runners, "the runner's registration")
+	if runner.grace != 5*time.Second {
+		t.Fatalf("registered grace %v, want 5s", runner.grace)
+	}
+	r.sendBytes(blocks[1])
+	if got := recv(t, runner.stopped, "the stopped report"); got != 7 {
+		t.Fatalf("stopped report for epoch %d, want 7", got)
+	}
 }
 
 func expectBytes(t *testing.T, r *raw, what string, want []byte) {

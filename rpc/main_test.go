@@ -62,6 +62,9 @@ type fakeBackend struct {
 
 	entered chan struct{} // a blocked Status call has started
 	subs    chan *fakeSub // every Watch subscription, for the test to drive
+	runners chan *fakeRunner
+	// maxGrace, when set, makes WatchRunner refuse a longer grace.
+	maxGrace time.Duration
 }
 
 func newFakeBackend() *fakeBackend {
@@ -75,6 +78,7 @@ func newFakeBackend() *fakeBackend {
 		},
 		entered: make(chan struct{}, 16),
 		subs:    make(chan *fakeSub, 16),
+		runners: make(chan *fakeRunner, 16),
 	}
 }
 
@@ -155,6 +159,42 @@ func (f *fakeBackend) Watch(context.Context) (<-chan Event, func(), error) {
 	default: // nobody is looking (the fuzzer)
 	}
 	return s.out, s.cancel, nil
+}
+
+// WatchRunner subscribes as Watch does and records the runner: its grace
+// and its stopped reports.
+func (f *fakeBackend) WatchRunner(ctx context.Context, grace time.Duration) (<-chan Event, func(uint64), func(), error) {
+	f.mu.Lock()
+	limit := f.maxGrace
+	f.mu.Unlock()
+	if limit > 0 && grace > limit {
+		return nil, nil, nil, fmt.Errorf("fake: grace %v over %v: %w", grace, limit, ErrBadRequest)
+	}
+	events, cancel, _ := f.Watch(ctx)
+	r := &fakeRunner{grace: grace, stopped: make(chan uint64, 64)}
+	select {
+	case f.runners <- r:
+	default:
+	}
+	return events, r.report, func() { r.cancelled.Store(true); cancel() }, nil
+}
+
+// fakeRunner is one runner registration.
+type fakeRunner struct {
+	grace     time.Duration
+	stopped   chan uint64 // the stopped reports, in order
+	cancelled atomic.Bool
+	late      atomic.Bool // a report came after cancel
+}
+
+func (r *fakeRunner) report(epoch uint64) {
+	if r.cancelled.Load() {
+		r.late.Store(true)
+	}
+	select {
+	case r.stopped <- epoch:
+	default: // the fuzzer may send many; stopped must not block
+	}
 }
 
 // fakeSub is one Watch subscription: a goroutine forwards events from in

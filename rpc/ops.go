@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
@@ -34,8 +35,15 @@ func unary(op string) unaryHandler {
 		return opForceLeave
 	case OpKeys:
 		return opKeys
+	case OpStopped:
+		return opStopped
 	}
 	return nil
+}
+
+// opStopped refuses a stopped frame outside a runner's watch.
+func opStopped(context.Context, Backend, msgpack.RawMessage) (any, error) {
+	return nil, fmt.Errorf("%w: stopped is sent only on a runner's watching connection", ErrBadRequest)
 }
 
 func opCheck(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
@@ -140,19 +148,24 @@ func (c *conn) backendError(op string, err error) *Error {
 
 // watch streams events for the request until the client leaves, the
 // subscription ends or the server closes. It owns the rest of the
-// connection's life: the connection accepts no other request.
+// connection's life: the connection accepts no other request (a runner's
+// stopped frames aside, see runner.go).
 func (c *conn) watch(req Request) {
 	c.armRead(0) // watches are exempt from the idle timeout
-	events, cancel, err := c.srv.cfg.Backend.Watch(c.srv.ctx)
+	sub, err := c.subscribe(req.Body)
 	if err != nil {
 		c.sendError(req.Seq, c.backendError(OpWatch, err))
 		return
 	}
-	defer cancel()
-	c.log.Debug("rpc: watch started", "seq", req.Seq)
-	if end := c.stream(req.Seq, events, c.watchPeer()); end != nil {
+	defer sub.cancel()
+	c.log.Debug("rpc: watch started", "seq", req.Seq, "runner", sub.stopped != nil)
+	peer, reader := c.watchPeer(sub.stopped)
+	if end := c.stream(req.Seq, sub.events, peer); end != nil {
 		_ = c.send(Response{Seq: req.Seq, Error: end})
 	}
+	// The reader must be gone before cancel: stopped is never called after.
+	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
+	<-reader
 	c.log.Debug("rpc: watch ended", "seq", req.Seq)
 }
 
@@ -182,25 +195,15 @@ func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error
 	}
 }
 
-// watchPeer reads from the connection during a watch, where the client must
-// send nothing, and reports the first frame (nil) or read error. The
-// goroutine ends when serve closes the connection.
-func (c *conn) watchPeer() <-chan error {
-	done := make(chan error, 1)
-	c.srv.wg.Add(1)
-	go func() {
-		defer c.srv.wg.Done()
-		_, err := wire.ReadFrame(c.nc, c.max)
-		done <- err
-	}()
-	return done
-}
-
 // peerEnded decides how a watch ends once the client has spoken or left.
 func (c *conn) peerEnded(err error) *Error {
+	var bad *Error
 	switch {
 	case c.srv.ctx.Err() != nil:
 		return newError(CodeShuttingDown, "the agent is stopping")
+	case errors.As(err, &bad):
+		c.log.Warn("rpc: runner sent a bad frame; ending its watch", "err", err)
+		return bad
 	case err == nil || errors.Is(err, wire.ErrFrameTooLarge):
 		c.log.Warn("rpc: client sent a frame during a watch; ending it")
 		return newError(CodeBadRequest, "a watching connection accepts no requests; open another connection")

@@ -7,7 +7,9 @@
 // internal/wire). The client opens with a Hello and the server answers with a
 // HelloReply; after that the client sends Requests and the server answers each
 // with a Response carrying the same seq. A watch request turns the connection
-// into a one-way stream of events.
+// into a one-way stream of events; a runner's watch (Client.WatchAsRunner)
+// also carries the runner's stopped reports, which the agent waits for
+// before it releases the lease of a term that ended.
 //
 // What is not guaranteed: the answers describe the agent's view when it
 // answered. A leader reported by Leader or Status may have lost its lease by
@@ -34,8 +36,13 @@ const (
 	// body. Fails with not_leader when this node does not lead.
 	OpResign = "resign"
 	// OpWatch turns the connection into a stream of Events, starting with the
-	// current state. No request body.
+	// current state. Request body: nil, or a WatchRequest whose Runner
+	// registers the connection as a runner (docs/PROTOCOL.md section 6.8).
 	OpWatch = "watch"
+	// OpStopped is sent by a runner on its watching connection, and only
+	// there: its work for a term is not running. Request body:
+	// StoppedRequest; the server sends no response.
+	OpStopped = "stopped"
 	// OpCheck asks whether an epoch is the live term on this node, and how
 	// much lease remains. Request body: CheckRequest; response: CheckResult.
 	OpCheck = "check"

@@ -1,6 +1,9 @@
 package rpc
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The types below travel in response bodies and are also what
 // `tenure status --json` and friends print, so their msgpack and JSON names
@@ -153,6 +156,17 @@ type Backend interface {
 	// ServerConfig.WriteTimeout on a slow client, so a Backend must not let
 	// one subscriber hold up the others (buffer, or coalesce).
 	Watch(ctx context.Context) (events <-chan Event, cancel func(), err error)
+	// WatchRunner subscribes as Watch does and registers the subscriber as
+	// a runner whose stop takes up to grace (between 1ms and
+	// MaxRunnerGrace; the server checks), for as long as the subscription
+	// lasts: when a term this node led ends, the Backend waits for every
+	// runner it told of that term to report stopped(epoch) (or to leave)
+	// before it lets the lease go. The server calls stopped from the
+	// connection's reader goroutine, for every stopped frame, never after
+	// it has called cancel; stopped must not block. An error wrapping
+	// ErrBadRequest refuses the registration (a grace the Backend will not
+	// accept).
+	WatchRunner(ctx context.Context, grace time.Duration) (events <-chan Event, stopped func(epoch uint64), cancel func(), err error)
 	// Check answers whether epoch is this node's live term.
 	Check(ctx context.Context, epoch uint64) (CheckResult, error)
 	// ForceLeave removes a voter from the roster through the leader.
@@ -160,6 +174,33 @@ type Backend interface {
 	// Keys lists, installs, makes primary or removes a cluster key on every
 	// member.
 	Keys(ctx context.Context, req KeysRequest) (KeyringInfo, error)
+}
+
+// MaxRunnerGrace bounds the grace a runner may register with
+// (RunnerRequest.GraceMS).
+const MaxRunnerGrace = time.Hour
+
+// WatchRequest is the optional body of OpWatch.
+type WatchRequest struct {
+	// Runner, when not nil, registers the watching connection as a runner
+	// for as long as it stays open: the agent then waits for its stopped
+	// frames before it releases the lease of a term that ends.
+	Runner *RunnerRequest `msgpack:"runner" json:"runner"`
+}
+
+// RunnerRequest describes a runner: a process such as `tenure run` that
+// runs work only while this node leads.
+type RunnerRequest struct {
+	// GraceMS is how long the runner's stop may take, in milliseconds:
+	// from SIGTERM to SIGKILL. 1 to MaxRunnerGrace.
+	GraceMS uint64 `msgpack:"grace_ms" json:"grace_ms"`
+}
+
+// StoppedRequest is the body of OpStopped.
+type StoppedRequest struct {
+	// Epoch is the term whose work the runner has stopped (or never
+	// started); at least 1.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
 }
 
 // CheckRequest is the body of OpCheck.

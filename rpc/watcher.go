@@ -9,15 +9,18 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // watchSeq is the seq of the one request a watch connection sends.
 const watchSeq = 1
 
-// Watcher receives a watch stream. Create it with Client.Watch. Next and
-// Close may be called from different goroutines.
+// Watcher receives a watch stream. Create it with Client.Watch, or with
+// Client.WatchAsRunner for a runner. Next, Stopped and Close may be called
+// from different goroutines.
 type Watcher struct {
 	cc     *clientConn
+	runner bool          // registered as a runner: Stopped may be used
 	items  chan Event    // from the reader goroutine
 	done   chan struct{} // closed by Close
 	exited chan struct{} // closed when the reader goroutine returns
@@ -26,12 +29,44 @@ type Watcher struct {
 
 	mu    sync.Mutex
 	first *Event // the event Watch read to confirm the subscription
+
+	writeMu sync.Mutex // serialises Stopped; guards seq
+	seq     uint64     // the last seq sent
 }
 
 // Watch opens a new connection (so the Client stays usable for calls) and
 // subscribes to events. It returns once the agent has sent the first event,
 // which describes the current state and is the first Next returns.
 func (c *Client) Watch(ctx context.Context) (*Watcher, error) {
+	return c.watch(ctx, nil)
+}
+
+// WatchAsRunner is Watch for a runner: a process that runs work only while
+// this node leads, and stops it within grace (from SIGTERM to SIGKILL, at
+// most MaxRunnerGrace) when told to. For as long as the Watcher is open,
+// when a term this node led ends, the agent releases the term's lease only
+// once this runner has reported with Stopped that its work for the term is
+// not running, or has closed the Watcher, or the lease has run out. A
+// runner must therefore call Stopped for every term its stream said this
+// node leads (a leader-changed or became-leader event naming this node),
+// once the stream has said the term ended and its work for the term is
+// gone, whether or not it ran any. The agent refuses a grace it will not
+// wait for (longer than its lease TTL) with an error wrapping ErrBadRequest.
+func (c *Client) WatchAsRunner(ctx context.Context, grace time.Duration) (*Watcher, error) {
+	ms := grace.Milliseconds()
+	if ms < 1 || grace > MaxRunnerGrace {
+		return nil, fmt.Errorf("rpc: watch as runner: grace %v is not between 1ms and %v", grace, MaxRunnerGrace)
+	}
+	body, err := wire.Marshal(WatchRequest{Runner: &RunnerRequest{GraceMS: uint64(ms)}})
+	if err != nil {
+		return nil, fmt.Errorf("rpc: watch as runner: %w", err)
+	}
+	return c.watch(ctx, body)
+}
+
+// watch opens a watching connection with the request body (nil: a plain
+// watch).
+func (c *Client) watch(ctx context.Context, body msgpack.RawMessage) (*Watcher, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -42,7 +77,7 @@ func (c *Client) Watch(ctx context.Context) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = cc.within(ctx, func() error { return cc.writeMsg(Request{Seq: watchSeq, Op: OpWatch}) })
+	err = cc.within(ctx, func() error { return cc.writeMsg(Request{Seq: watchSeq, Op: OpWatch, Body: body}) })
 	if err == nil && cc.broken {
 		err = errors.New("interrupted as ctx ended")
 	}
@@ -53,12 +88,13 @@ func (c *Client) Watch(ctx context.Context) (*Watcher, error) {
 		cc.nc.Close()
 		return nil, callError(OpWatch, err)
 	}
-	return startWatcher(ctx, cc)
+	return startWatcher(ctx, cc, body != nil)
 }
 
 // startWatcher starts the reader goroutine and waits for the first event.
-func startWatcher(ctx context.Context, cc *clientConn) (*Watcher, error) {
-	w := &Watcher{cc: cc, items: make(chan Event), done: make(chan struct{}), exited: make(chan struct{})}
+func startWatcher(ctx context.Context, cc *clientConn, runner bool) (*Watcher, error) {
+	w := &Watcher{cc: cc, runner: runner, seq: watchSeq,
+		items: make(chan Event), done: make(chan struct{}), exited: make(chan struct{})}
 	go w.readLoop()
 	ev, err := w.Next(ctx)
 	if err != nil {
@@ -95,6 +131,49 @@ func (w *Watcher) Next(ctx context.Context) (Event, error) {
 	case <-ctx.Done():
 		return Event{}, fmt.Errorf("rpc: watch: %w", ctx.Err())
 	}
+}
+
+// Stopped tells the agent, on a runner's Watcher, that this runner's work
+// for term epoch is not running: it has stopped, or never started. The
+// agent sends no answer; it has the report once the frame is written. A
+// Stopped that fails (ctx ended, or the connection did) closes the
+// connection, since a frame cut short would put the stream out of step:
+// the stream then ends, and Next says why.
+func (w *Watcher) Stopped(ctx context.Context, epoch uint64) error {
+	switch {
+	case !w.runner:
+		return errors.New("rpc: stopped: this watch did not register as a runner (use WatchAsRunner)")
+	case epoch == 0:
+		return errors.New("rpc: stopped: epoch 0 is no term")
+	}
+	body, err := wire.Marshal(StoppedRequest{Epoch: epoch})
+	if err != nil {
+		return fmt.Errorf("rpc: stopped: %w", err)
+	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.seq++
+	if err := w.write(ctx, Request{Seq: w.seq, Op: OpStopped, Body: body}); err != nil {
+		w.cc.nc.Close()
+		return callError(OpStopped, err)
+	}
+	return nil
+}
+
+// write writes one frame within ctx, leaving the reads undisturbed.
+func (w *Watcher) write(ctx context.Context, req Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deadline, _ := ctx.Deadline()
+	_ = w.cc.nc.SetWriteDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = w.cc.nc.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	err := w.cc.writeMsg(req)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // Close ends the watch and closes its connection; it waits for the

@@ -37,13 +37,45 @@ type fakeAgent struct {
 	subs   map[chan rpc.Event]struct{}
 	hang   chan struct{} // when set, Status waits for it to close (or ctx)
 	polled atomic.Int64  // Status calls answered
+
+	graces  []time.Duration    // of every runner registration
+	reports chan stoppedReport // every runner's stopped reports, in order
+	// onReport, when set, is called with each report as it arrives.
+	onReport func(epoch uint64)
+}
+
+// stoppedReport is a runner's stopped report, as the fake agent got it.
+type stoppedReport struct {
+	epoch uint64
+	at    time.Time
 }
 
 func newFakeAgent() *fakeAgent {
 	return &fakeAgent{
-		st:   rpc.Status{Node: "n1", ID: 1, State: "follower", Consistency: "available", Members: 2},
-		subs: make(map[chan rpc.Event]struct{}),
+		st:      rpc.Status{Node: "n1", ID: 1, State: "follower", Consistency: "available", Members: 2},
+		subs:    make(map[chan rpc.Event]struct{}),
+		reports: make(chan stoppedReport, 64),
 	}
+}
+
+// WatchRunner subscribes as Watch does and records the runner's grace and
+// reports.
+func (f *fakeAgent) WatchRunner(ctx context.Context, grace time.Duration) (<-chan rpc.Event, func(uint64), func(), error) {
+	events, cancel, err := f.Watch(ctx)
+	f.mu.Lock()
+	f.graces = append(f.graces, grace)
+	on := f.onReport
+	f.mu.Unlock()
+	return events, func(epoch uint64) {
+		if on != nil {
+			on(epoch)
+		}
+		select {
+		case f.reports <- stoppedReport{epoch: epoch, at: time.Now()}:
+		default:
+			panic("fake agent: reports buffer full")
+		}
+	}, cancel, err
 }
 
 func (f *fakeAgent) Status(ctx context.Context) (rpc.Status, error) {

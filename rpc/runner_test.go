@@ -1,0 +1,180 @@
+package rpc
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/wire"
+)
+
+// runnerBody is a watch request body that registers a runner.
+func runnerBody(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := wire.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRunnerWatchReportsStopped: a runner's watch registers its grace, its
+// stopped reports reach the Backend in order while the stream goes on, and
+// none arrives after the registration was cancelled.
+func TestRunnerWatchReportsStopped(t *testing.T) {
+	fb := newFakeBackend()
+	srv := startServer(t, fb, nil)
+	w, err := dialT(t, srv.Path()).WatchAsRunner(testCtx(t), 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("WatchAsRunner: %v", err)
+	}
+	defer w.Close()
+	r := recv(t, fb.runners, "the runner's registration")
+	sub := recv(t, fb.subs, "the runner's subscription")
+	if r.grace != 300*time.Millisecond {
+		t.Fatalf("registered grace %v, want 300ms", r.grace)
+	}
+	nextEvent(t, w) // the current state
+	for _, e := range []uint64{7, 8} {
+		if err := w.Stopped(testCtx(t), e); err != nil {
+			t.Fatalf("Stopped(%d): %v", e, err)
+		}
+	}
+	for _, want := range []uint64{7, 8} {
+		if got := recv(t, r.stopped, "a stopped report"); got != want {
+			t.Fatalf("stopped report %d, want %d", got, want)
+		}
+	}
+	sub.push(t, memberEvent("n4"))
+	if ev := nextEvent(t, w); ev.Node != "n4" {
+		t.Fatalf("event after the reports = %+v, want n4's", ev)
+	}
+	w.Close()
+	recv(t, sub.exited, "the subscription to be cancelled")
+	if r.late.Load() {
+		t.Fatal("a stopped report reached the Backend after cancel")
+	}
+}
+
+// TestRunnerWatchEndsOnOtherFrames: on a runner's watch any frame but a
+// well-formed stopped one ends the watch with bad_request.
+func TestRunnerWatchEndsOnOtherFrames(t *testing.T) {
+	for name, frame := range map[string]Request{
+		"status":      {Seq: 2, Op: OpStatus},
+		"no body":     {Seq: 2, Op: OpStopped},
+		"epoch 0":     {Seq: 2, Op: OpStopped, Body: runnerBody(t, StoppedRequest{})},
+		"string body": {Seq: 2, Op: OpStopped, Body: runnerBody(t, "7")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fb := newFakeBackend()
+			r := dialRaw(t, startServer(t, fb, nil).Path())
+			r.hello()
+			r.send(Request{Seq: 5, Op: OpWatch, Body: runnerBody(t, WatchRequest{Runner: &RunnerRequest{GraceMS: 100}})})
+			sub := recv(t, fb.subs, "the subscription")
+			var first Response
+			r.read(&first)
+			r.send(Request{Seq: 3, Op: OpStopped, Body: runnerBody(t, StoppedRequest{Epoch: 4})})
+			r.send(frame)
+			final := r.expectError(CodeBadRequest)
+			if final.Seq != 5 || final.Stream {
+				t.Fatalf("final frame = %+v, want seq 5, stream false", final)
+			}
+			r.expectClosed()
+			recv(t, sub.exited, "the subscription to be cancelled")
+			if got := recv(t, recv(t, fb.runners, "the runner").stopped, "the good report"); got != 4 {
+				t.Fatalf("stopped report %d, want 4", got)
+			}
+		})
+	}
+}
+
+// TestWatchRefusesBadBodies: a watch body that is not a map, or a runner
+// without a sane grace, is refused with bad_request before any event; an
+// empty map or a nil runner is a plain watch.
+func TestWatchRefusesBadBodies(t *testing.T) {
+	for name, body := range map[string]any{
+		"not a map":      7,
+		"runner not map": map[string]any{"runner": "yes"},
+		"grace 0":        WatchRequest{Runner: &RunnerRequest{}},
+		"grace too long": WatchRequest{Runner: &RunnerRequest{GraceMS: uint64(MaxRunnerGrace/time.Millisecond) + 1}},
+		"over backend":   WatchRequest{Runner: &RunnerRequest{GraceMS: 2000}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fb := newFakeBackend()
+			fb.maxGrace = time.Second
+			r := dialRaw(t, startServer(t, fb, nil).Path())
+			r.hello()
+			r.send(Request{Seq: 5, Op: OpWatch, Body: runnerBody(t, body)})
+			if resp := r.expectError(CodeBadRequest); resp.Seq != 5 || resp.Stream {
+				t.Fatalf("refusal = %+v, want seq 5, stream false", resp)
+			}
+			r.expectClosed()
+		})
+	}
+	for name, body := range map[string]any{"empty map": map[string]any{}, "nil runner": WatchRequest{}} {
+		t.Run(name, func(t *testing.T) {
+			fb := newFakeBackend()
+			r := dialRaw(t, startServer(t, fb, nil).Path())
+			r.hello()
+			r.send(Request{Seq: 5, Op: OpWatch, Body: runnerBody(t, body)})
+			var first Response
+			r.read(&first)
+			if first.Error != nil || !first.Stream {
+				t.Fatalf("first frame = %+v, want an event", first)
+			}
+			r.send(Request{Seq: 6, Op: OpStopped, Body: runnerBody(t, StoppedRequest{Epoch: 1})})
+			r.expectError(CodeBadRequest) // a plain watch accepts no frame at all
+			if len(fb.runners) != 0 {
+				t.Fatal("a plain watch registered a runner")
+			}
+		})
+	}
+}
+
+// TestStoppedOutsideRunnerWatch: a stopped request on an ordinary
+// connection is refused, and the connection stays usable.
+func TestStoppedOutsideRunnerWatch(t *testing.T) {
+	r := dialRaw(t, startServer(t, newFakeBackend(), nil).Path())
+	r.hello()
+	r.send(Request{Seq: 3, Op: OpStopped, Body: runnerBody(t, StoppedRequest{Epoch: 1})})
+	if resp := r.expectError(CodeBadRequest); resp.Seq != 3 {
+		t.Fatalf("refusal seq %d, want 3", resp.Seq)
+	}
+	r.send(Request{Seq: 4, Op: OpStatus})
+	var resp Response
+	r.read(&resp)
+	if resp.Seq != 4 || resp.Error != nil {
+		t.Fatalf("status after the refusal = %+v", resp)
+	}
+}
+
+// TestClientRunnerChecks: the client refuses a grace outside the bounds
+// and Stopped on a plain watch (sending nothing, so the watch goes on), and
+// reports a grace the agent refuses as ErrBadRequest.
+func TestClientRunnerChecks(t *testing.T) {
+	fb := newFakeBackend()
+	fb.maxGrace = time.Second
+	c := dialT(t, startServer(t, fb, nil).Path())
+	for _, g := range []time.Duration{0, time.Microsecond, MaxRunnerGrace + time.Millisecond} {
+		if _, err := c.WatchAsRunner(testCtx(t), g); err == nil {
+			t.Errorf("WatchAsRunner(%v) succeeded", g)
+		}
+	}
+	if _, err := c.WatchAsRunner(testCtx(t), 2*time.Second); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("WatchAsRunner over the agent's limit = %v, want ErrBadRequest", err)
+	}
+	w, err := c.Watch(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sub := recv(t, fb.subs, "the plain subscription")
+	nextEvent(t, w)
+	if err := w.Stopped(testCtx(t), 3); err == nil {
+		t.Fatal("Stopped on a plain watch succeeded")
+	}
+	sub.push(t, memberEvent("n4"))
+	if ev := nextEvent(t, w); ev.Node != "n4" {
+		t.Fatalf("event = %+v, want n4's: the plain watch must go on", ev)
+	}
+}
