@@ -108,6 +108,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("supervise: with Shell, the command is one script; got %d arguments (quote the script)", len(c.Command))
 	case c.Grace < 0 || c.RetryInterval < 0 || c.RestartDelay < 0:
 		return errors.New("supervise: negative Grace, RetryInterval or RestartDelay")
+	case c.Grace != 0 && (c.Grace < time.Millisecond || c.Grace > rpc.MaxRunnerGrace):
+		return fmt.Errorf("supervise: Grace %v is not between 1ms and %v", c.Grace, rpc.MaxRunnerGrace)
 	}
 	return nil
 }

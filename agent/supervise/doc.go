@@ -34,6 +34,19 @@
 // When ctx ends, Run stops the command the same way and returns. Run never
 // returns while a process of the command's group still runs.
 //
+// # Hand-over
+//
+// Run registers with the agent as a runner (rpc.Client.WatchAsRunner, with
+// Grace). When a term this node led ends while its lease is valid (resign,
+// preemption, the agent's graceful stop), the agent waits before it
+// releases the lease to the voters: Run stops the command (SIGTERM, SIGKILL
+// after Grace, until the whole group is gone) and then reports the term
+// stopped; for a term in which no command ran it reports at once. Only
+// then can the next leader be granted the lease and start its own command,
+// so the two never run at the same time. The agent waits no longer than the
+// lease deadline: a stop that takes longer gets no release, and the next
+// leader waits for the voters' promises to run out instead.
+//
 // # What is not guaranteed
 //
 // The command is stopped before the lease can end only if Grace is shorter
@@ -43,7 +56,11 @@
 // shows only as a missing renewal. A process that leaves its process group
 // (setsid, or a daemon that forks into a new session) escapes the stop and
 // is not tracked. A SIGKILL to `tenure run` itself stops nothing: run it
-// under a service manager that kills its whole cgroup.
+// under a service manager that kills its whole cgroup. Its closed
+// connection then tells the agent it stopped, so the lease may be released
+// while the orphaned command still runs; so may a connection to the agent
+// that fails while a term ends, since Run stops its command only once it
+// sees the failure.
 //
 // Nor is the command ever the only holder of the epoch: a former leader's
 // command may still be running on another host while this one starts (after

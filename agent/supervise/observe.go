@@ -11,10 +11,11 @@ import (
 // observation is one piece of news from the observer.
 type observation struct {
 	kind   obsKind
-	status rpc.Status // obsStatus
-	sentAt time.Time  // obsStatus: when the status was asked for
-	event  rpc.Event  // obsEvent
-	err    error      // obsDown
+	status rpc.Status   // obsStatus
+	sentAt time.Time    // obsStatus: when the status was asked for
+	event  rpc.Event    // obsEvent
+	err    error        // obsDown
+	watch  *rpc.Watcher // obsWatch
 }
 
 type obsKind int
@@ -23,6 +24,7 @@ const (
 	obsStatus obsKind = iota // a status answer
 	obsEvent                 // a watch event
 	obsDown                  // the connection failed; everything before is stale
+	obsWatch                 // a new connection's runner watch; its events follow
 )
 
 // observer keeps a connection to the agent and reports what it learns, in
@@ -55,7 +57,10 @@ func (o *observer) run(ctx context.Context) {
 	}
 }
 
-// session serves one connection until it fails; it returns why.
+// session serves one connection until it fails; it returns why. The watch
+// registers Run as a runner: the agent waits for its stopped reports (sent
+// by the supervisor on the Watcher reported as obsWatch) before it releases
+// the lease of a term that ended.
 func (o *observer) session(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, o.cfg.callTimeout())
 	defer cancel()
@@ -65,12 +70,13 @@ func (o *observer) session(ctx context.Context) error {
 	}
 	defer c.Close()
 	o.checkGrace(dctx, c)
-	w, err := c.Watch(dctx)
+	w, err := c.WatchAsRunner(dctx, o.cfg.Grace)
 	if err != nil {
 		return err
 	}
 	events, stop := pump(w)
 	defer stop()
+	o.send(ctx, observation{kind: obsWatch, watch: w})
 	return o.serve(ctx, c, events)
 }
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tenurehq/tenure/rpc"
 )
 
 // Run runs cfg.Command while the local agent leads (see the package
@@ -23,7 +25,9 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 		return 0, err
 	}
 	news := make(chan observation)
-	octx, cancel := context.WithCancel(ctx)
+	// The observer's connection outlives ctx until the loop has stopped the
+	// command: the agent takes a closed connection as "stopped".
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -32,7 +36,7 @@ func Run(ctx context.Context, cfg Config) (exitCode int, err error) {
 	}()
 	defer wg.Wait()
 	defer cancel()
-	s := &supervisor{cfg: cfg, log: cfg.Logger, delay: cfg.RestartDelay, wake: time.NewTimer(0)}
+	s := &supervisor{cfg: cfg, log: cfg.Logger, delay: cfg.RestartDelay, wake: time.NewTimer(0), owed: map[uint64]bool{}}
 	s.wake.Stop()
 	return s.loop(ctx, news)
 }
@@ -51,6 +55,12 @@ type supervisor struct {
 	retryTerm term          // a restart for retryTerm waits until retryAt
 	retryAt   time.Time
 	wake      *time.Timer // fires at the next restart or lease recheck
+
+	// conn is the current connection's runner watch (nil when down); owed
+	// are the terms its stream said this node leads that it has not
+	// reported stopped yet (report.go).
+	conn *rpc.Watcher
+	owed map[uint64]bool
 }
 
 // outcome ends Run when done is set.
@@ -68,6 +78,7 @@ func (s *supervisor) loop(ctx context.Context, news <-chan observation) (int, er
 		select {
 		case <-ctx.Done():
 			s.stopChild("tenure run is stopping")
+			s.reportStopped()
 			return 0, nil
 		case ob := <-news:
 			s.apply(ob)
@@ -80,6 +91,9 @@ func (s *supervisor) loop(ctx context.Context, news <-chan observation) (int, er
 		}
 		if out.done {
 			s.stopChild("tenure run is stopping")
+		}
+		s.reportStopped()
+		if out.done {
 			return out.code, out.err
 		}
 	}
@@ -101,8 +115,13 @@ func (s *supervisor) apply(ob observation) {
 		s.view.applyStatus(ob.status, ob.sentAt)
 	case obsEvent:
 		s.view.applyEvent(ob.event)
+		s.noteTerm(ob.event)
+	case obsWatch:
+		s.conn, s.owed = ob.watch, map[uint64]bool{}
 	case obsDown:
 		s.view.disconnect()
+		// The agent forgot the registration: nothing is owed to it now.
+		s.conn, s.owed = nil, map[uint64]bool{}
 		level := slog.LevelDebug // said already
 		if !s.downLogged {
 			level, s.downLogged = slog.LevelWarn, true

@@ -30,6 +30,7 @@ type view struct {
 
 	haveStream bool
 	stream     *rpc.LeaderInfo // the leader per the latest leadership event
+	streamSelf bool            // that event named this node (the event's node) leader
 }
 
 // applyStatus records a status asked for at sentAt.
@@ -43,14 +44,30 @@ func (v *view) applyEvent(ev rpc.Event) {
 	v.connected = true
 	switch ev.Event {
 	case rpc.EventLeaderChanged, rpc.EventBecameLeader, rpc.EventNoLeader:
-		v.haveStream, v.stream = true, nil
+		v.haveStream, v.stream, v.streamSelf = true, nil, false
 		if ev.Leader != nil {
 			l := *ev.Leader
-			v.stream = &l
+			v.stream, v.streamSelf = &l, l.Node == ev.Node
 		}
 	case rpc.EventLostLeadership:
-		v.haveStream, v.stream = true, nil
+		v.haveStream, v.stream, v.streamSelf = true, nil, false
 	}
+}
+
+// selfLeads returns the epoch of the term a leadership event says this
+// node (the event's node) leads, if it says so.
+func selfLeads(ev rpc.Event) (uint64, bool) {
+	l := ev.Leader
+	if (ev.Event != rpc.EventLeaderChanged && ev.Event != rpc.EventBecameLeader) || l == nil || l.Node != ev.Node {
+		return 0, false
+	}
+	return l.Epoch, true
+}
+
+// streamLeads reports whether the latest leadership event says this node
+// leads term epoch.
+func (v *view) streamLeads(epoch uint64) bool {
+	return v.streamSelf && v.stream != nil && v.stream.Epoch == epoch
 }
 
 // disconnect forgets everything: after a reconnection only fresh answers
