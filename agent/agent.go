@@ -63,14 +63,19 @@ type Agent struct {
 	stopOnce sync.Once
 }
 
-// Start validates cfg, opens the data directory, and starts the peer
-// transport, gossip, the driver and the local socket, in that order. On
-// error everything started so far is stopped again.
+// Start validates cfg, checks before opening anything that the state files
+// are regular files and that the agent may run with the keys it has (see
+// Config.InsecureNoEncryption), opens the data directory, and starts the
+// peer transport, gossip, the driver and the local socket, in that order.
+// On error everything started so far is stopped again.
 func Start(cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg, err := preflight(cfg.withDefaults())
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.Name),
@@ -136,16 +141,16 @@ func (a *Agent) openDataDir() error {
 	}
 	var err error
 	path := func(name string) string { return filepath.Join(a.cfg.DataDir, name) }
-	if a.epochs, err = leasing.OpenEpochStore(path("epoch")); err != nil {
+	if a.epochs, err = leasing.OpenEpochStore(path(epochFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if a.grants, err = leasing.OpenVoterStore(path("voter")); err != nil {
+	if a.grants, err = leasing.OpenVoterStore(path(voterFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if a.rosters, err = leasing.OpenRosterStore(path("roster")); err != nil {
+	if a.rosters, err = leasing.OpenRosterStore(path(rosterFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if a.pledges, err = leasing.OpenRosterStore(path("bootstrap")); err != nil {
+	if a.pledges, err = leasing.OpenRosterStore(path(bootstrapFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
@@ -242,13 +247,17 @@ func (a *Agent) startGossip() error {
 	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
 	gc.Tags = a.gossipTags(a.rosters.Roster())
 	a.advertised = a.rosters.Roster()
-	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, "serf.snapshot")
+	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, snapshotFile)
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()
 	gc.Logger = a.cfg.Logger // gossip adds the node name itself
 	gc.EncryptKey = a.cfg.EncryptKey
 	gc.KeyringFile = a.cfg.KeyringFile
 	m, err := gossip.Start(gc)
+	if errors.Is(err, gossip.ErrKeyNotInKeyring) {
+		return fmt.Errorf("agent: %w: either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove %s",
+			err, a.cfg.KeyringFile)
+	}
 	if err != nil {
 		return fmt.Errorf("agent: gossip: %w", err)
 	}
@@ -273,7 +282,7 @@ func (a *Agent) followKeyring() error {
 	a.members.OnKeyringChange(setKeys)
 	primary, all := a.members.LocalKeys()
 	if len(all) == 0 {
-		return fmt.Errorf("agent: keyring file %s holds no keys (and no --encrypt key was given to create it)", a.cfg.KeyringFile)
+		return fmt.Errorf("agent: keyring file %s does not exist, and no --encrypt key was given to create it", a.cfg.KeyringFile)
 	}
 	setKeys(primary, all)
 	return nil

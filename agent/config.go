@@ -98,13 +98,21 @@ type Config struct {
 	// fields are used.
 	Election *bully.Config
 	// EncryptKey is the cluster key (32 bytes). It encrypts and
-	// authenticates gossip and peer messages; nil runs in the clear (logged
-	// loudly) unless KeyringFile holds keys.
+	// authenticates gossip and peer messages. Once the keyring file exists
+	// its keys are used, and EncryptKey must be one of them (Start fails
+	// otherwise). Without EncryptKey and without a keyring file the agent
+	// runs in the clear, and Start refuses that on any address but
+	// loopback unless InsecureNoEncryption is set.
 	EncryptKey []byte
-	// KeyringFile keeps the installed cluster keys across restarts, and
-	// wins over EncryptKey once it exists. Default: <DataDir>/keyring when
-	// EncryptKey is set.
+	// KeyringFile keeps the installed cluster keys across restarts. Once it
+	// exists it is always used, with or without EncryptKey. Default:
+	// <DataDir>/keyring, created with EncryptKey.
 	KeyringFile string
+	// InsecureNoEncryption lets an agent without a cluster key listen on or
+	// advertise addresses other than loopback ones (0.0.0.0 and :: count as
+	// not loopback): then anyone who can reach its ports can join, vote
+	// and claim leadership. Agents on loopback addresses only need no key.
+	InsecureNoEncryption bool
 	// Hooks run commands on events (see package hooks).
 	Hooks []hooks.Hook
 	// HookTimeout bounds each hook run. Default hooks.DefaultTimeout (30s).
