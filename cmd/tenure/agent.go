@@ -39,8 +39,9 @@ func agentCommand() *cli.Command {
 			socketFlag(),
 			&cli.StringFlag{Name: "socket-mode", Value: "0600", Usage: "permission bits of the socket, octal", EnvVars: env("socket-mode")},
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
-			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default with --encrypt: DATA-DIR/keyring; it wins over --encrypt once it exists)", EnvVars: env("keyring-file")},
+			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default DATA-DIR/keyring, created with --encrypt); once it exists it is always used, and --encrypt must be one of its keys", EnvVars: env("keyring-file")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
+			&cli.BoolFlag{Name: "insecure-no-encryption", Usage: "allow running without a cluster key on addresses other than loopback: anyone who can reach the ports can join, vote and claim leadership", EnvVars: env("insecure-no-encryption")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
 			&cli.StringFlag{Name: "consistency", Value: string(d.Consistency), Usage: "quorum (a majority of voters must grant the lease: at most one leader) or available (each partition side may elect its own)", EnvVars: env("consistency")},
 			&cli.DurationFlag{Name: "lease-ttl", Value: d.LeaseTTL, Usage: "how long a voter's lease promise lasts; the leader renews every third of it", EnvVars: env("lease-ttl")},
@@ -67,7 +68,9 @@ func runAgent(c *cli.Context) error {
 	a, err := agent.Start(cfg)
 	if err != nil {
 		// Start fails on configuration and environment: a port in use, a
-		// data dir it cannot write, corrupt state, a socket in use.
+		// data dir it cannot write, corrupt state, a state file that is
+		// not a regular file, no cluster key on an address other hosts
+		// reach, a keyring file without the --encrypt key, a socket in use.
 		return fail(2, "tenure agent: %v", err)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -125,6 +128,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 			return agent.Config{}, err
 		}
 	}
+	cfg.InsecureNoEncryption = c.Bool("insecure-no-encryption")
 	cfg.HookTimeout = c.Duration("hook-timeout")
 	return cfg, cfg.Validate()
 }

@@ -47,9 +47,16 @@ func TestMain(m *testing.M) {
 // tenure runs the binary and returns stdout, stderr and the exit code.
 func tenure(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return tenureEnv(t, nil, args...)
+}
+
+// tenureEnv runs the binary with env added to the environment.
+func tenureEnv(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -282,7 +289,7 @@ func TestAgentStartErrorsAreOneClearLine(t *testing.T) {
 	}
 	cases := map[string][]string{
 		"address already in use": {"--peer-bind", busy.Addr().String(), "--data-dir", filepath.Join(dir, "d1")},
-		"not a directory":        {"--data-dir", filepath.Join(file, "sub")},
+		"not a directory":        {"--peer-bind", "127.0.0.1:0", "--data-dir", filepath.Join(file, "sub")},
 	}
 	for want, args := range cases {
 		args = append([]string{"agent", "--bind", "127.0.0.1:0", "--socket", filepath.Join(dir, "s.sock")}, args...)
@@ -304,5 +311,35 @@ func TestSecondAgentOnSameSocketExits(t *testing.T) {
 	}
 	if out, _, code := tenure(t, "status", "--socket", socks[0]); code != 0 || !strings.Contains(out, "n1") {
 		t.Fatalf("the first agent stopped serving: exit %d %q", code, out)
+	}
+}
+
+// TestAgentRefusesKeylessNonLoopback: without a cluster key, an agent on an
+// address other hosts can reach exits 2 with one line naming the address
+// and the ways out; --insecure-no-encryption, or its environment variable,
+// lets it go on (here to the next error, a busy port).
+func TestAgentRefusesKeylessNonLoopback(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	args := []string{"agent", "--bind", "127.0.0.1:0", "--peer-bind", busy.Addr().String(),
+		"--advertise", "10.0.0.1", "--socket", filepath.Join(dir, "s.sock"), "--data-dir", filepath.Join(dir, "d")}
+	runs := []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, args, "tenure agent: agent: no cluster key, and the advertise address (--advertise) 10.0.0.1 is not a loopback address: anyone who can reach it could join, vote and claim leadership; give every agent the same --encrypt KEY (make one with tenure keygen), or start with --insecure-no-encryption to run in the clear"},
+		{nil, append(args, "--insecure-no-encryption"), "address already in use"},
+		{[]string{"TENURE_INSECURE_NO_ENCRYPTION=true"}, args, "address already in use"},
+	}
+	for _, r := range runs {
+		_, stderr, code := tenureEnv(t, r.env, r.args...)
+		if code != 2 || !strings.Contains(stderr, r.want) || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%v %v: exit %d, stderr %q; want exit 2 and one line saying %q", r.env, r.args, code, stderr, r.want)
+		}
 	}
 }
