@@ -44,6 +44,7 @@ type Agent struct {
 	inbox      chan func()
 	core       *core
 	advertised leasing.Roster // the roster this node's gossip tags advertise
+	stopping   *stopWait      // an ended term's release waiting for local work
 	runners    *runnerSet     // registered over the socket
 
 	mu   sync.Mutex
@@ -60,6 +61,7 @@ type Agent struct {
 	errMu    sync.Mutex
 	err      error          // why the agent stopped by itself
 	sends    sync.WaitGroup // outbound peer messages in flight
+	stops    sync.WaitGroup // stopWait goroutines
 	stopOnce sync.Once
 }
 
@@ -393,6 +395,7 @@ func (a *Agent) stop(hooksCtx context.Context) error {
 		if a.members != nil {
 			<-a.loopDone
 		}
+		a.stops.Wait()
 		a.sends.Wait()
 		if a.members != nil {
 			errs = append(errs, a.members.Shutdown())

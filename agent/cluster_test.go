@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"github.com/tenurehq/tenure/internal/testlog"
@@ -20,8 +21,9 @@ type testCluster struct {
 	t      *testing.T
 	dir    string
 	agents map[string]*Agent
-	seed   string // gossip address of the first agent
-	expect int    // --expect for quorum mode
+	seed   string        // gossip address of the first agent
+	expect int           // --expect for quorum mode
+	ttl    time.Duration // lease TTL; testTTL when zero
 }
 
 // testTTL is the lease TTL of test clusters.
@@ -51,7 +53,7 @@ func (c *testCluster) config(name string, id uint64) Config {
 	cfg.SocketPath = filepath.Join(c.dir, name+".sock")
 	cfg.DataDir = filepath.Join(c.dir, name)
 	cfg.Profile = Local
-	cfg.LeaseTTL = testTTL
+	cfg.LeaseTTL = cmp.Or(c.ttl, testTTL)
 	cfg.Expect = c.expect
 	cfg.Logger = testLogger(c.t).With("agent", name)
 	if c.seed != "" {

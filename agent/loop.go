@@ -105,24 +105,33 @@ func (a *Agent) syncMembers() {
 	a.flush()
 }
 
-// flush sends what the core queued, publishes its status, and advertises a
-// new cluster ID. The returned group is done when the messages it sent are
-// delivered or failed.
+// flush publishes the core's status, lets the release of an ended term go
+// once its local work has stopped (stopwait.go), sends what the core
+// queued, and advertises a new cluster ID. The returned group is done when
+// the messages it sent are delivered or failed.
 func (a *Agent) flush() *sync.WaitGroup {
 	var sent sync.WaitGroup
 	if err := a.core.failed; err != nil {
 		a.fail(err)
 		return &sent
 	}
-	if epoch, ok := a.core.stopPending(); ok {
-		a.core.stopped(a.cfg.Clock.Now(), epoch) // no local stop barrier yet
-	}
-	for _, msg := range a.core.ready() {
+	now := a.cfg.Clock.Now()
+	deadline := a.publishedDeadline()
+	a.publishStatus(now)
+	held := a.settleStop(now, deadline)
+	for _, msg := range append(a.holdResign(a.core.ready()), held...) {
 		a.send(msg, &sent)
 	}
 	a.advertiseCluster()
-	a.publishStatus(a.cfg.Clock.Now())
 	return &sent
+}
+
+// publishedDeadline is the lease deadline of the status last published:
+// when a term ends, the deadline it had.
+func (a *Agent) publishedDeadline() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.snap.deadline
 }
 
 // advertiseCluster puts the roster's cluster ID and version into this

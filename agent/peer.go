@@ -111,23 +111,23 @@ func (a *Agent) peerAddr(n bully.Node) (string, bool) {
 }
 
 // resignForShutdown makes a leader resign and waits (bounded by ctx) until
-// its RESIGN and release messages are delivered, so the next leader starts
-// at once.
+// the local work of its term has stopped and its RESIGN and release
+// messages are delivered, so the next leader starts at once.
 func (a *Agent) resignForShutdown(ctx context.Context) {
 	var sent *sync.WaitGroup
+	var w *stopWait
 	err := a.do(ctx, func() {
 		if a.core.resign(a.cfg.Clock.Now()) == nil {
-			sent = a.flush()
+			sent, w = a.flush(), a.stopping
 		}
 	})
 	if err != nil || sent == nil {
 		return
 	}
-	done := make(chan struct{})
-	go func() { sent.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	if w != nil && !waitStop(ctx, w) {
+		a.log.Warn("shutting down before the term's local work had stopped and its release was delivered")
+		return
 	}
+	waitSent(ctx, sent)
 	a.log.Info("resigned leadership for shutdown")
 }
