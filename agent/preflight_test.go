@@ -4,6 +4,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"net"
 	"os"
 	"path/filepath"
@@ -132,14 +133,16 @@ func TestKeylessAgentNeedsLoopbackOrInsecure(t *testing.T) {
 	}
 	c := newTestCluster(t)
 	cfg := c.config("n1", 1)
-	for _, edit := range []func(*Config) string{
-		func(c *Config) string { c.BindAddr = "0.0.0.0:0"; return "gossip bind address (--bind) 0.0.0.0:0" },
-		func(c *Config) string { c.PeerBindAddr = "[::]:0"; return "peer bind address (--peer-bind) [::]:0" },
-		func(c *Config) string { c.AdvertiseAddr = "10.0.0.1"; return "advertise address (--advertise) 10.0.0.1" },
+	for _, tc := range []struct{ bind, peer, adv, what string }{
+		{bind: "0.0.0.0:0", what: "gossip bind address (--bind) 0.0.0.0:0"},
+		{peer: "[::]:0", what: "peer bind address (--peer-bind) [::]:0"},
+		{adv: "10.0.0.1", what: "advertise address (--advertise) 10.0.0.1"},
 	} {
 		cfg := cfg
-		what := edit(&cfg)
-		startRefused(t, cfg, "agent: no cluster key, and the "+what+" is not a loopback address: anyone who can reach it could join, vote and claim leadership; give every agent the same --encrypt KEY (make one with tenure keygen), or start with --insecure-no-encryption to run in the clear")
+		cfg.BindAddr = cmp.Or(tc.bind, cfg.BindAddr)
+		cfg.PeerBindAddr = cmp.Or(tc.peer, cfg.PeerBindAddr)
+		cfg.AdvertiseAddr = tc.adv
+		startRefused(t, cfg, "agent: no cluster key, and the "+tc.what+" is not a loopback address: anyone who can reach it could join, vote and claim leadership; give every agent the same --encrypt KEY (make one with tenure keygen), or start with --insecure-no-encryption to run in the clear")
 	}
 	cfg.AdvertiseAddr = "10.0.0.1"
 	cfg.InsecureNoEncryption = true
