@@ -120,13 +120,38 @@ func (m *Membership) loadKeys() ([][]byte, error) {
 	return keys, nil
 }
 
-// checkKeyringFile checks an existing keyring file before its keys are
-// used: it must hold Config.EncryptKey when that is set (a key the caller
-// gives is never ignored), and be writable. It says which keys gossip uses.
-func (m *Membership) checkKeyringFile(file string, fileKeys [][]byte) error {
-	key := m.cfg.EncryptKey
+// CheckKeyringFile tells, without starting anything, whether Start would
+// accept the keyring file at path with key as Config.EncryptKey: nil when
+// the file does not exist or holds key (or key is empty), an error
+// wrapping ErrKeyNotInKeyring when it lacks key, and the reading error
+// when it cannot be read or is corrupt.
+func CheckKeyringFile(path string, key []byte) error {
+	fileKeys, err := readKeyringFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return checkHoldsKey(path, fileKeys, key)
+}
+
+// checkHoldsKey refuses a keyring file that lacks key: a key the caller
+// gives is never ignored.
+func checkHoldsKey(file string, fileKeys [][]byte, key []byte) error {
 	if len(key) > 0 && !slices.ContainsFunc(fileKeys, func(k []byte) bool { return bytes.Equal(k, key) }) {
 		return fmt.Errorf("%w %s (it holds %s)", ErrKeyNotInKeyring, file, countKeys(len(fileKeys), "other "))
+	}
+	return nil
+}
+
+// checkKeyringFile checks an existing keyring file before its keys are
+// used: it must hold Config.EncryptKey when that is set, and be writable.
+// It says which keys gossip uses.
+func (m *Membership) checkKeyringFile(file string, fileKeys [][]byte) error {
+	key := m.cfg.EncryptKey
+	if err := checkHoldsKey(file, fileKeys, key); err != nil {
+		return err
 	}
 	if err := checkWritable(file); err != nil {
 		return err

@@ -341,6 +341,17 @@ func TestKeyringFileIsAlwaysUsed(t *testing.T) {
 	if !errors.Is(err, ErrKeyNotInKeyring) || err.Error() != want {
 		t.Fatalf("Start with a key the file lacks: %q; want %q", err, want)
 	}
+	if err := CheckKeyringFile(file, cfg.EncryptKey); !errors.Is(err, ErrKeyNotInKeyring) || err.Error() != want {
+		t.Fatalf("CheckKeyringFile with a key the file lacks: %v; want %q", err, want)
+	}
+	for _, key := range [][]byte{oldKey, newKey, nil} {
+		if err := CheckKeyringFile(file, key); err != nil {
+			t.Fatalf("CheckKeyringFile with key %q: %v", key, err)
+		}
+	}
+	if err := CheckKeyringFile(file+".missing", oldKey); err != nil {
+		t.Fatalf("CheckKeyringFile of a missing file: %v", err)
+	}
 	checkFile(t, file, [][]byte{newKey, oldKey})
 }
 
