@@ -256,10 +256,6 @@ func (a *Agent) startGossip() error {
 	gc.EncryptKey = a.cfg.EncryptKey
 	gc.KeyringFile = a.cfg.KeyringFile
 	m, err := gossip.Start(gc)
-	if errors.Is(err, gossip.ErrKeyNotInKeyring) {
-		return fmt.Errorf("agent: %w: either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove %s",
-			err, a.cfg.KeyringFile)
-	}
 	if err != nil {
 		return fmt.Errorf("agent: gossip: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/tenurehq/tenure/gossip"
 )
 
 // The files the agent keeps in its data dir.
@@ -35,6 +37,9 @@ func preflight(c Config) (Config, error) {
 	if def := filepath.Join(c.DataDir, keyringFile); c.KeyringFile == "" && exists(def) {
 		c.KeyringFile = def
 	}
+	if err := checkKeyringFile(c.KeyringFile, c.EncryptKey); err != nil {
+		return c, err
+	}
 	switch {
 	case len(c.EncryptKey) > 0 || exists(c.KeyringFile):
 		if c.InsecureNoEncryption {
@@ -45,6 +50,24 @@ func preflight(c Config) (Config, error) {
 		return c, fmt.Errorf("agent: keyring file %s does not exist, and no --encrypt key was given to create it", c.KeyringFile)
 	}
 	return c, c.checkKeyless()
+}
+
+// checkKeyringFile refuses a keyring file that is corrupt or lacks the
+// --encrypt key, naming the file and the ways out: the file's keys would
+// be used, and the key given silently ignored.
+func checkKeyringFile(path string, key []byte) error {
+	if path == "" {
+		return nil
+	}
+	err := gossip.CheckKeyringFile(path, key)
+	if errors.Is(err, gossip.ErrKeyNotInKeyring) {
+		return fmt.Errorf("agent: %w: either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove %s",
+			err, path)
+	}
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
 }
 
 // stateFiles returns the paths of the files the agent reads and writes: those
