@@ -343,3 +343,21 @@ func TestAgentRefusesKeylessNonLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentRefusesKeyTheKeyringFileLacks: --encrypt with a key the keyring
+// file does not hold exits 2 with one line, before anything starts, naming
+// the file and the ways out.
+func TestAgentRefusesKeyTheKeyringFileLacks(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "keyring")
+	old, other := strings.Repeat("A", 43)+"=", strings.Repeat("B", 43)+"="
+	if err := os.WriteFile(file, []byte(`["`+old+`"]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := tenure(t, "agent", "--bind", "127.0.0.1:0", "--peer-bind", "127.0.0.1:0", "--encrypt", other,
+		"--socket", filepath.Join(dir, "s.sock"), "--data-dir", filepath.Join(dir, "d"), "--keyring-file", file)
+	want := "tenure agent: agent: gossip: the encrypt key is not in the keyring file " + file + " (it holds 1 other key): either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove " + file + "\n"
+	if code != 2 || stderr != want {
+		t.Fatalf("exit %d, stderr %q; want exit 2 and only %q", code, stderr, want)
+	}
+}
