@@ -154,12 +154,16 @@ func (h *handOver) act(what string, f func() error) {
 		h.t.Fatalf("%s: %v", what, err)
 	}
 	eventually(h.t, 10*time.Second, func() error {
+		roles := map[string]bool{}
 		for _, iv := range h.intervals() {
 			if iv.node == "n2" && iv.epoch > h.first {
-				return nil
+				roles[iv.role] = true
 			}
 		}
-		return fmt.Errorf("no command of a later term on n2 yet")
+		if !roles["child"] || !roles["grandchild"] {
+			return fmt.Errorf("no command of a later term on n2 yet, with its grandchild")
+		}
+		return nil
 	})
 	eventually(h.t, 5*time.Second, func() error {
 		at, ok := h.logs["n3"].stoppedAt(h.first)
@@ -267,6 +271,9 @@ func (h *handOver) nodeIntervals(node string) []interval {
 	var out []interval
 	for _, k := range keys {
 		iv := *byKey[k]
+		if parent := byKey[strconv.FormatUint(iv.epoch, 10)+" child"]; iv.start.IsZero() && parent != nil {
+			iv.start = parent.start // stopped before it could say it started
+		}
 		if at, ok := h.logs[node].stoppedAt(iv.epoch); ok && (iv.end.Equal(forever) || at.After(iv.end)) {
 			iv.end = at
 		}

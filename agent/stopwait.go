@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -116,24 +117,29 @@ func (a *Agent) finishStop(w *stopWait, err error) {
 	w.finished = true
 	w.cancel()
 	now := a.cfg.Clock.Now()
-	switch {
-	case err == nil && now.Before(w.deadline):
+	if err == nil && now.Before(w.deadline) {
 		a.log.Info("local work of the ended term stopped; releasing its lease", "epoch", w.epoch, "waited", now.Sub(w.started))
 		a.core.stopped(now, w.epoch)
-	default:
-		a.log.Warn("local work of the ended term did not report stopped before the lease deadline: not releasing the lease; the next leader waits for the voters' promises to run out",
-			"epoch", w.epoch, "waited", now.Sub(w.started), "err", err)
+	} else {
+		a.warnNoRelease(w, now, err)
 	}
 	w.sent = a.flush()
 	close(w.done)
 }
 
-// dropStop forgets w: its release went out or the core gave it up.
+func (a *Agent) warnNoRelease(w *stopWait, now time.Time, err error) {
+	a.log.Warn("local work of the ended term did not report stopped before the lease deadline: not releasing the lease; the next leader waits for the voters' promises to run out",
+		"epoch", w.epoch, "waited", now.Sub(w.started), "err", err)
+}
+
+// dropStop forgets w: its release went out, or the core gave it up (the
+// lease deadline passed, or a later term ended) while w still waited.
 func (a *Agent) dropStop(w *stopWait) {
 	a.stopping = nil
 	w.cancel()
 	if !w.finished {
 		w.finished = true
+		a.warnNoRelease(w, a.cfg.Clock.Now(), errors.New("agent: the core gave the release up"))
 		close(w.done)
 	}
 }

@@ -72,8 +72,8 @@ func TestReleaseWaitsForLeadershipHooks(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		cfg := c.config(fmt.Sprintf("n%d", i), uint64(i))
 		for _, spec := range []string{
-			`lost-leadership=sleep 0.3; echo "lost $TENURE_NODE $(date +%s%N)" >> ` + out,
-			`became-leader=echo "became $TENURE_NODE $(date +%s%N)" >> ` + out,
+			`lost-leadership=sleep 0.3; echo "lost $TENURE_NODE $TENURE_EPOCH $(date +%s%N)" >> ` + out,
+			`became-leader=echo "became $TENURE_NODE $TENURE_EPOCH $(date +%s%N)" >> ` + out,
 		} {
 			h, err := hooks.ParseHook(spec)
 			if err != nil {
@@ -83,41 +83,63 @@ func TestReleaseWaitsForLeadershipHooks(t *testing.T) {
 		}
 		c.start(cfg)
 	}
-	c.waitLeader("n3", 15*time.Second)
+	first := c.waitLeader("n3", 15*time.Second)
 	st := c.agents["n3"].Status()
 	deadline := time.Now().Add(time.Duration(st.LeaseRemainingMS) * time.Millisecond)
 	if err := c.agents["n3"].Resign(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var lost, became time.Time
+	var lost, became hookRun
 	eventually(t, 10*time.Second, func() error {
-		lost, became = hookTime(out, "lost n3"), hookTime(out, "became n2")
-		if lost.IsZero() || became.IsZero() {
-			return fmt.Errorf("hooks so far: %q", readText(out))
+		runs := hookRuns(out)
+		lost, became = firstRun(runs, "lost", first, first), firstRun(runs, "became", first+1, ^uint64(0))
+		if lost.at.IsZero() || became.at.IsZero() {
+			return fmt.Errorf("hook runs so far: %+v", runs)
 		}
 		return nil
 	})
-	if !became.After(lost) {
-		t.Fatalf("n2's became-leader ran %v before n3's lost-leadership finished", lost.Sub(became))
+	if !became.at.After(lost.at) {
+		t.Fatalf("%s's became-leader (epoch %d) ran %v before n3's lost-leadership (epoch %d) finished",
+			became.node, became.epoch, lost.at.Sub(became.at), first)
 	}
-	if !became.Before(deadline) {
-		t.Fatalf("n2's became-leader ran %v after n3's lease deadline: the hand-over waited for the promises", became.Sub(deadline))
+	if !became.at.Before(deadline) {
+		t.Fatalf("%s's became-leader ran %v after n3's lease deadline: the hand-over waited for the promises; hook runs: %+v",
+			became.node, became.at.Sub(deadline), hookRuns(out))
 	}
-	t.Logf("n2 became leader %v after n3's lost-leadership hook finished, %v before n3's lease would have ended",
-		became.Sub(lost), deadline.Sub(became))
+	t.Logf("%s became leader %v after n3's lost-leadership hook finished, %v before n3's lease would have ended",
+		became.node, became.at.Sub(lost.at), deadline.Sub(became.at))
 }
 
-// hookTime returns the time on the first line of file starting with
-// prefix, or zero.
-func hookTime(file, prefix string) time.Time {
+// hookRun is one line the hooks of TestReleaseWaitsForLeadershipHooks
+// wrote: which event, on which node, for which term, and when.
+type hookRun struct {
+	event, node string
+	epoch       uint64
+	at          time.Time
+}
+
+func hookRuns(file string) []hookRun {
+	var out []hookRun
 	for _, line := range strings.Split(readText(file), "\n") {
-		if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
-			if ns, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64); err == nil {
-				return time.Unix(0, ns)
-			}
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		epoch, _ := strconv.ParseUint(f[2], 10, 64)
+		ns, _ := strconv.ParseInt(f[3], 10, 64)
+		out = append(out, hookRun{event: f[0], node: f[1], epoch: epoch, at: time.Unix(0, ns)})
+	}
+	return out
+}
+
+// firstRun returns the first run of event for an epoch within [lo, hi].
+func firstRun(runs []hookRun, event string, lo, hi uint64) hookRun {
+	for _, r := range runs {
+		if r.event == event && r.epoch >= lo && r.epoch <= hi {
+			return r
 		}
 	}
-	return time.Time{}
+	return hookRun{}
 }
 
 func readText(file string) string {
