@@ -25,22 +25,11 @@ func TestRenewalOnlyVoterHoldsAfterRestart(t *testing.T) {
 	for k := range 12 {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			s := newCsim(t, testlog.Seed(t))
-			s.initial = 4
-			for id := 1; id <= 5; id++ {
-				name := fmt.Sprintf("n%d", id)
-				s.nodes[name] = s.newNode(name, uint64(id))
-				s.order = append(s.order, name)
-			}
-			s.nodes["n1"].up = false
+			s.makeNodes(5, 4)
 			s.bootTogether(4, "n2", "n3", "n4", "n5")
 			s.waitLeader(10*time.Second, "n5")
 			s.boot("n1", 0) // a voter added later: admitted by n5
-			n1 := leasing.Node{ID: 1, Name: "n1"}
-			for end := s.now.Add(10 * time.Second); !s.nodes["n5"].rosters.r.Contains(n1) || s.nodes["n5"].rosters.r.Joint(); s.tick() {
-				if s.now.After(end) {
-					t.Fatalf("n1 not admitted\n%s", s.dump())
-				}
-			}
+			s.waitAdmitted("n5", "n1", 10*time.Second)
 			s.run(s.ttl) // n1 now grants n5's renewals
 			s.partition([]string{"n4", "n5"}, []string{"n2", "n3"})
 			s.run(600*time.Millisecond + time.Duration(k)*50*time.Millisecond)
@@ -134,12 +123,7 @@ func TestPartialPeerCutElects(t *testing.T) {
 // why.
 func TestExpectWithOneNodeTooManyNeverSplits(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
-	s.initial = 3
-	for k := 1; k <= 4; k++ {
-		name := fmt.Sprintf("n%d", k)
-		s.nodes[name] = s.newNode(name, uint64(k))
-		s.order = append(s.order, name)
-	}
+	s.makeNodes(4, 3)
 	s.partition([]string{"n1"}, []string{"n4"})
 	s.bootTogether(3, "n2", "n3")
 	s.bootTogether(3, "n1", "n4")
@@ -207,20 +191,29 @@ func TestLateRenewalAfterReleaseIsRefused(t *testing.T) {
 	}
 }
 
-// bootTogether starts the named nodes at the same instant, before any of
-// them sees the others: gossip views form only afterwards.
-func (s *csim) bootTogether(expect int, names ...string) {
-	for _, name := range names {
-		n := s.nodes[name]
-		st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
-		c, err := newCore(s.config(n, expect), st, s.logger(name), s.local(n, s.now))
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		n.c, n.up, n.paused = c, true, false
-		n.boots++
+// makeNodes adds n1..nN (IDs 1..N) without starting them; expect is the
+// --expect of the first roster.
+func (s *csim) makeNodes(n, expect int) {
+	s.initial = expect
+	for id := 1; id <= n; id++ {
+		name := fmt.Sprintf("n%d", id)
+		s.nodes[name] = s.newNode(name, uint64(id))
+		s.order = append(s.order, name)
 	}
-	s.syncViews()
+}
+
+// waitAdmitted runs until leader's final roster has name, or fails after d.
+func (s *csim) waitAdmitted(leader, name string, d time.Duration) {
+	s.t.Helper()
+	n := leasing.Node{ID: s.nodes[name].id, Name: name}
+	for end := s.now.Add(d); ; s.tick() {
+		if r := s.nodes[leader].rosters.r; r.Contains(n) && !r.Joint() {
+			return
+		}
+		if s.now.After(end) {
+			s.t.Fatalf("%s not admitted by %s\n%s", name, leader, s.dump())
+		}
+	}
 }
 
 // TestTimedOutJointStepIsRetried: the leader's joint roster step (admitting
@@ -230,13 +223,7 @@ func (s *csim) bootTogether(expect int, names ...string) {
 // fix it proposed the final roster of its locally stored joint one).
 func TestTimedOutJointStepIsRetried(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
-	s.initial = 3
-	for id := 1; id <= 4; id++ {
-		name := fmt.Sprintf("n%d", id)
-		s.nodes[name] = s.newNode(name, uint64(id))
-		s.order = append(s.order, name)
-	}
-	s.nodes["n1"].up = false
+	s.makeNodes(4, 3)
 	s.bootTogether(3, "n2", "n3", "n4")
 	s.waitLeader(10*time.Second, "n4")
 	lost := true
@@ -247,15 +234,7 @@ func TestTimedOutJointStepIsRetried(t *testing.T) {
 	s.boot("n1", 0)
 	s.run(3 * s.ttl) // every joint step times out; check() asserts the rule
 	lost = false
-	n1 := leasing.Node{ID: 1, Name: "n1"}
-	for end := s.now.Add(10 * time.Second); ; s.tick() {
-		if r := s.nodes["n4"].rosters.r; r.Contains(n1) && !r.Joint() {
-			break
-		}
-		if s.now.After(end) {
-			t.Fatalf("n1 never admitted once the steps got through\n%s", s.dump())
-		}
-	}
+	s.waitAdmitted("n4", "n1", 10*time.Second)
 }
 
 // TestDivergedRosterIsReported: a roster of this node's cluster with the

@@ -571,12 +571,7 @@ func TestRandomBootstrapRaces(t *testing.T) {
 func runBootstrapRace(t testing.TB, i int) {
 	s := newCsim(t, testlog.Seed(t))
 	expect := 3 + 2*(i%2)
-	s.initial = expect
-	for k := 1; k <= expect+1; k++ {
-		name := fmt.Sprintf("n%d", k)
-		s.nodes[name] = s.newNode(name, uint64(k))
-		s.order = append(s.order, name)
-	}
+	s.makeNodes(expect+1, expect)
 	for a := range s.order {
 		for b := a + 1; b < len(s.order); b++ {
 			if s.rand.IntN(3) == 0 {

@@ -190,11 +190,22 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 }
 
 // boot (re)starts a node from its stores.
-func (s *csim) boot(name string, expect int) {
+func (s *csim) boot(name string, expect int) { s.bootTogether(expect, name) }
+
+// bootTogether (re)starts the named nodes at the same instant, before any
+// of them sees the others: gossip views form only afterwards.
+func (s *csim) bootTogether(expect int, names ...string) {
+	for _, name := range names {
+		s.startCore(name, expect)
+	}
+	s.syncViews()
+}
+
+// startCore makes a node's core from its stores; a failing disk keeps it down.
+func (s *csim) startCore(name string, expect int) {
 	n := s.nodes[name]
-	log := s.logger(name)
 	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
-	c, err := newCore(s.config(n, expect), st, log, s.local(n, s.now))
+	c, err := newCore(s.config(n, expect), st, s.logger(name), s.local(n, s.now))
 	if errors.Is(err, errDisk) {
 		n.up = false // the agent refuses to start on a failing disk
 		return
@@ -204,7 +215,6 @@ func (s *csim) boot(name string, expect int) {
 	}
 	n.c, n.up, n.paused = c, true, false
 	n.boots++
-	s.syncViews()
 }
 
 // crash stops a node at once. Its tenure run supervisor loses the agent and
