@@ -223,9 +223,9 @@ func TestKeyedTLSHandshakeDeadline(t *testing.T) {
 	key := testKey(1)
 	sk := newKeyed(t, key)
 	sk.HandshakeTimeout = 200 * time.Millisecond
-	// HandlerTimeout, which also bounds the server's handshake, is longer:
+	// ProveTimeout, which also bounds the server's handshake, is longer:
 	// HandshakeTimeout is what must end the silent connections.
-	server := listen(t, TransportConfig{Wrap: sk, HandlerTimeout: 5 * time.Second})
+	server := listen(t, TransportConfig{Wrap: sk, ProveTimeout: 5 * time.Second})
 	client := keyedListen(t, newKeyed(t, key), nil)
 
 	start := time.Now()

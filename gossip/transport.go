@@ -45,7 +45,9 @@ type Handler func(ctx context.Context, req []byte) ([]byte, error)
 
 // ConnWrapper adds a layer, such as TLS, to every peer connection. Both
 // methods run with a deadline set on conn (CallTimeout for Client,
-// HandlerTimeout for Server); on error the raw connection is closed.
+// ProveTimeout for Server); on error the raw connection is closed. A
+// connection that Server accepts has proven itself (see
+// TransportConfig.MaxUnprovenConns).
 type ConnWrapper interface {
 	// Server wraps a connection accepted from a peer.
 	Server(conn net.Conn) (net.Conn, error)
@@ -60,8 +62,10 @@ const (
 	DefaultCallTimeout       = 2 * time.Second
 	DefaultHandlerTimeout    = 2 * time.Second
 	DefaultMaxIdlePerPeer    = 4
-	DefaultIdleTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 20 * time.Second
 	DefaultMaxConns          = 256
+	DefaultMaxUnprovenConns  = 32
+	DefaultProveTimeout      = 3 * time.Second
 )
 
 // TransportConfig configures a Transport. ListenTransport copies it. Zero
@@ -85,12 +89,27 @@ type TransportConfig struct {
 	// reuse. Default DefaultMaxIdlePerPeer.
 	MaxIdlePerPeer int
 	// IdleTimeout closes a pooled connection unused for this long. The
-	// serving side closes connections idle for twice as long, so set it alike
-	// on every agent. Default DefaultIdleTimeout.
+	// serving side closes connections idle for twice as long (40 s by
+	// default), so that a client never reuses one the server is closing;
+	// set it alike on every agent. Default DefaultIdleTimeout (20 s).
 	IdleTimeout time.Duration
-	// MaxConns bounds the inbound connections served at once; more are
-	// closed on accept. Default DefaultMaxConns.
+	// MaxConns bounds the proven inbound connections served at once; one
+	// that proves itself beyond it is closed. Default DefaultMaxConns.
 	MaxConns int
+	// MaxUnprovenConns bounds the inbound connections that have not yet
+	// proven themselves: with Wrap, completed Wrap.Server (for KeyedTLS, the
+	// handshake with a cluster key); without, sent one well-formed request
+	// frame. When that many are waiting, a new connection closes the oldest
+	// of them, so connections that never prove themselves cannot keep peers
+	// out: a peer proves itself within a round trip, long before an attacker
+	// could open MaxUnprovenConns newer connections. Default
+	// DefaultMaxUnprovenConns (32).
+	MaxUnprovenConns int
+	// ProveTimeout closes an inbound connection that has not proven itself
+	// within this long; it bounds Wrap.Server. It should exceed CallTimeout,
+	// which bounds how long a peer's dial, handshake and request take.
+	// Default DefaultProveTimeout (3 s).
+	ProveTimeout time.Duration
 	// Wrap, if set, wraps every connection (for authentication). nil means
 	// plain TCP.
 	Wrap ConnWrapper
@@ -112,6 +131,8 @@ func (c TransportConfig) withDefaults() TransportConfig {
 	setDefault(&c.MaxIdlePerPeer, DefaultMaxIdlePerPeer)
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&c.MaxConns, DefaultMaxConns)
+	setDefault(&c.MaxUnprovenConns, DefaultMaxUnprovenConns)
+	setDefault(&c.ProveTimeout, DefaultProveTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,10 +160,10 @@ func (c TransportConfig) Validate() error {
 	if c.MaxFrame < 64 {
 		errs = append(errs, fmt.Errorf("gossip: transport: max frame %d is below 64 bytes", c.MaxFrame))
 	}
-	if c.CallTimeout < 0 || c.HandlerTimeout < 0 || c.IdleTimeout < 0 {
+	if c.CallTimeout < 0 || c.HandlerTimeout < 0 || c.IdleTimeout < 0 || c.ProveTimeout < 0 {
 		errs = append(errs, errors.New("gossip: transport: timeouts must be positive"))
 	}
-	if c.MaxIdlePerPeer < 0 || c.MaxConns < 0 {
+	if c.MaxIdlePerPeer < 0 || c.MaxConns < 0 || c.MaxUnprovenConns < 0 {
 		errs = append(errs, errors.New("gossip: transport: connection limits must be positive"))
 	}
 	return errors.Join(errs...)
@@ -158,11 +179,15 @@ type Transport struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // accept loop, server connections, client readers
 
-	mu      sync.Mutex
-	closed  bool
-	inbound map[net.Conn]struct{}
-	clients map[*clientConn]struct{} // every open outbound connection
-	idle    map[string][]*clientConn // pooled by address, most recent last
+	refused *refusalLog // inbound connections closed by the limits
+
+	mu       sync.Mutex
+	closed   bool
+	inbound  map[*inbound]struct{}    // every accepted connection
+	unproven []*inbound               // not yet proven, oldest first
+	proven   int                      // proven inbound connections
+	clients  map[*clientConn]struct{} // every open outbound connection
+	idle     map[string][]*clientConn // pooled by address, most recent last
 
 	closeOnce sync.Once
 }
@@ -184,7 +209,8 @@ func ListenTransport(cfg TransportConfig) (*Transport, error) {
 		ln:      ln,
 		ctx:     ctx,
 		cancel:  cancel,
-		inbound: make(map[net.Conn]struct{}),
+		refused: newRefusalLog(cfg.Logger, "gossip: closed peer connections that did not prove themselves in time or exceeded the limits"),
+		inbound: make(map[*inbound]struct{}),
 		clients: make(map[*clientConn]struct{}),
 		idle:    make(map[string][]*clientConn),
 	}
@@ -208,8 +234,8 @@ func (t *Transport) Close() error {
 		t.mu.Lock()
 		t.closed = true
 		conns := make([]net.Conn, 0, len(t.inbound)+len(t.clients))
-		for c := range t.inbound {
-			conns = append(conns, c)
+		for in := range t.inbound {
+			conns = append(conns, in.conn)
 		}
 		for c := range t.clients {
 			conns = append(conns, c.conn)
@@ -221,8 +247,19 @@ func (t *Transport) Close() error {
 			c.Close()
 		}
 		t.wg.Wait()
+		t.refused.stop()
 	})
 	return nil
+}
+
+// Refused returns how many inbound connections the transport closed
+// because they failed to prove themselves (a failed or unfinished
+// handshake, no well-formed request within ProveTimeout), made room for
+// newer ones beyond MaxUnprovenConns, or proved themselves beyond
+// MaxConns. They are logged at most once per RefusalLogInterval, with
+// counts by reason.
+func (t *Transport) Refused() uint64 {
+	return t.refused.Total()
 }
 
 func (t *Transport) isClosed() bool {

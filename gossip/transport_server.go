@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
@@ -32,52 +33,107 @@ func (t *Transport) acceptLoop() {
 			continue
 		}
 		delay = 0
-		if t.addInbound(conn) {
-			go t.serveConn(conn)
+		if in := t.admit(conn); in != nil {
+			go t.serveConn(in)
 		}
 	}
 }
 
-// addInbound registers conn for Close and the MaxConns limit, or closes it.
-func (t *Transport) addInbound(conn net.Conn) bool {
+// inbound is one accepted connection. proven and evicted are guarded by
+// Transport.mu; proven is written only by the connection's own goroutine,
+// which may read it without the lock.
+type inbound struct {
+	conn    net.Conn
+	remote  string
+	proven  bool
+	evicted bool // closed to make room for a newer unproven connection
+}
+
+// admit registers conn as unproven, first closing the oldest unproven
+// connection if MaxUnprovenConns are waiting, or closes conn if the
+// transport is closed.
+func (t *Transport) admit(conn net.Conn) *inbound {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		conn.Close()
-		return false
+		return nil
 	}
-	if len(t.inbound) >= t.cfg.MaxConns {
-		t.logger.Warn("gossip: too many peer connections; refusing one",
-			"remote", conn.RemoteAddr().String(), "limit", t.cfg.MaxConns)
-		conn.Close()
-		return false
+	if len(t.unproven) >= t.cfg.MaxUnprovenConns && len(t.unproven) > 0 {
+		old := t.unproven[0]
+		t.unproven = slices.Delete(t.unproven, 0, 1)
+		old.evicted = true
+		old.conn.Close()
+		t.refused.note("evicted", old.remote, nil)
 	}
-	t.inbound[conn] = struct{}{}
+	in := &inbound{conn: conn, remote: conn.RemoteAddr().String()}
+	t.unproven = append(t.unproven, in)
+	t.inbound[in] = struct{}{}
 	t.wg.Add(1)
+	return in
+}
+
+// prove counts in among the proven connections, unless it was closed to
+// make room or MaxConns are already proven.
+func (t *Transport) prove(in *inbound) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if in.evicted || t.closed {
+		return false
+	}
+	if t.proven >= t.cfg.MaxConns {
+		t.refused.note("over_max_conns", in.remote, nil)
+		return false
+	}
+	t.unproven = slices.DeleteFunc(t.unproven, func(x *inbound) bool { return x == in })
+	in.proven = true
+	t.proven++
 	return true
 }
 
-func (t *Transport) removeInbound(conn net.Conn) {
-	conn.Close()
+// notProven closes in, which failed to prove itself, and counts it unless
+// it was closed to make room (and counted then).
+func (t *Transport) notProven(in *inbound, reason string, err error) {
+	in.conn.Close()
 	t.mu.Lock()
-	delete(t.inbound, conn)
+	evicted := in.evicted
 	t.mu.Unlock()
+	if !evicted && !t.isClosed() {
+		t.refused.note(reason, in.remote, err)
+	}
+}
+
+func (t *Transport) removeInbound(in *inbound) {
+	in.conn.Close()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.inbound, in)
+	switch {
+	case in.proven:
+		t.proven--
+	case !in.evicted:
+		t.unproven = slices.DeleteFunc(t.unproven, func(x *inbound) bool { return x == in })
+	}
 }
 
 // serveConn serves requests on one connection, one at a time, until the
 // peer closes it, it stays idle for twice IdleTimeout, or a bad frame
-// arrives.
-func (t *Transport) serveConn(raw net.Conn) {
+// arrives. Until it proves itself (Wrap.Server succeeds, or without Wrap
+// its first request is well-formed) it has ProveTimeout.
+func (t *Transport) serveConn(in *inbound) {
 	defer t.wg.Done()
-	defer t.removeInbound(raw)
-	remote := raw.RemoteAddr().String()
-	conn, err := t.wrapServer(raw)
+	defer t.removeInbound(in)
+	in.conn.SetDeadline(time.Now().Add(t.cfg.ProveTimeout))
+	conn, err := t.wrapServer(in.conn)
 	if err != nil {
-		t.logger.Debug("gossip: peer connection handshake failed", "remote", remote, "err", err)
+		t.notProven(in, "handshake", err)
 		return
 	}
 	defer conn.Close()
-	for t.serveOne(conn, remote) {
+	if t.cfg.Wrap != nil && !t.prove(in) {
+		return
+	}
+	for t.serveOne(conn, in) {
 	}
 }
 
@@ -85,35 +141,52 @@ func (t *Transport) wrapServer(raw net.Conn) (net.Conn, error) {
 	if t.cfg.Wrap == nil {
 		return raw, nil
 	}
-	raw.SetDeadline(time.Now().Add(t.cfg.HandlerTimeout))
 	return t.cfg.Wrap.Server(raw)
 }
 
 // serveOne reads one request, handles it and writes the response. It
-// reports whether the connection may carry another request.
-func (t *Transport) serveOne(conn net.Conn, remote string) bool {
-	conn.SetReadDeadline(time.Now().Add(2 * t.cfg.IdleTimeout))
-	body, err := wire.ReadFrame(conn, t.cfg.MaxFrame)
+// reports whether the connection may carry another request. A connection
+// not yet proven keeps the deadline serveConn set, and is proven by a
+// well-formed request.
+func (t *Transport) serveOne(conn net.Conn, in *inbound) bool {
+	if in.proven {
+		conn.SetReadDeadline(time.Now().Add(2 * t.cfg.IdleTimeout))
+	}
+	req, err := t.readRequest(conn)
 	if err != nil {
-		if !errors.Is(err, io.EOF) && !t.isClosed() {
-			t.logger.Debug("gossip: dropping peer connection: bad frame", "remote", remote, "err", err)
+		switch {
+		case !in.proven:
+			t.notProven(in, "no_request", err)
+		case !errors.Is(err, io.EOF) && !t.isClosed():
+			t.logger.Debug("gossip: dropping peer connection", "remote", in.remote, "err", err)
 		}
 		return false
 	}
-	var req request
-	if err := wire.Unmarshal(body, &req); err != nil {
-		t.logger.Debug("gossip: dropping peer connection: bad request", "remote", remote, "err", err)
+	if !in.proven && !t.prove(in) {
 		return false
 	}
-	out := t.respond(req.Body, remote)
+	out := t.respond(req.Body, in.remote)
 	conn.SetWriteDeadline(time.Now().Add(t.cfg.HandlerTimeout))
 	if err := wire.WriteFrame(conn, out); err != nil {
 		if !t.isClosed() {
-			t.logger.Debug("gossip: writing peer response failed", "remote", remote, "err", err)
+			t.logger.Debug("gossip: writing peer response failed", "remote", in.remote, "err", err)
 		}
 		return false
 	}
 	return true
+}
+
+// readRequest reads one request frame.
+func (t *Transport) readRequest(conn net.Conn) (request, error) {
+	var req request
+	body, err := wire.ReadFrame(conn, t.cfg.MaxFrame)
+	if err != nil {
+		return req, err
+	}
+	if err := wire.Unmarshal(body, &req); err != nil {
+		return req, fmt.Errorf("bad request: %w", err)
+	}
+	return req, nil
 }
 
 // respond runs the handler and encodes its answer, replacing one too large

@@ -376,16 +376,13 @@ func TestTransportRetriesUnsentRequestOnce(t *testing.T) {
 	}
 }
 
+// TestTransportMaxConns: MaxConns bounds the connections that proved
+// themselves; one proving itself beyond it is closed.
 func TestTransportMaxConns(t *testing.T) {
 	server := listen(t, TransportConfig{MaxConns: 2})
 	client := listen(t, TransportConfig{})
-	a := rawConn(t, server.Addr(), nil)
-	rawConn(t, server.Addr(), nil)
-	waitFor(t, time.Second, "two inbound connections", func() bool {
-		server.mu.Lock()
-		defer server.mu.Unlock()
-		return len(server.inbound) == 2
-	})
+	a := provenConn(t, server.Addr())
+	provenConn(t, server.Addr())
 	if _, err := client.Call(context.Background(), server.Addr(), []byte("x")); err == nil {
 		t.Fatal("call above MaxConns succeeded")
 	}
