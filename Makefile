@@ -37,6 +37,7 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeVoter$$' -fuzztime=$(FUZZTIME) ./leasing
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./agent
 	$(GO) test -run='^$$' -fuzz='^FuzzServerFrame$$' -fuzztime=$(FUZZTIME) ./rpc
+	$(GO) test -run='^$$' -fuzz='^FuzzScreenGossip$$' -fuzztime=$(FUZZTIME) ./gossip
 
 # Many random schedules of the deterministic core (make test runs 400, 100
 # bootstrap races and 20 replays of the old release order); the results of

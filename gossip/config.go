@@ -79,6 +79,22 @@ type Config struct {
 	// EncryptKey is set, Start creates it holding EncryptKey. "" keeps no
 	// file: a restart starts again from EncryptKey.
 	KeyringFile string
+	// MaxMembers is the largest number of members, counting those that
+	// failed or left recently, that this node's cluster may have. It bounds
+	// what this node accepts from a gossip stream before memberlist decodes
+	// it: a push-pull listing more members is refused, and the first message
+	// of a stream may hold at most 32 KiB plus 1 KiB per member (160 KiB for
+	// the default). Every member should use the same value. Default
+	// DefaultMaxMembers (128).
+	MaxMembers int
+	// MaxInboundStreams bounds the gossip stream connections (joins,
+	// push-pulls, TCP probes) accepted at once. A stream must deliver its
+	// first message within Timing.TCPTimeout (at most 5 s); while it has
+	// not, it is unproven, and when the limit is reached a new stream closes
+	// the oldest unproven one, so idle or slow connections cannot lock
+	// members out. Default DefaultMaxInboundStreams (64), far more than the
+	// few a cluster of MaxMembers opens at once.
+	MaxInboundStreams int
 }
 
 // DefaultConfig returns a Config with every default filled in and Name set
@@ -93,6 +109,8 @@ func DefaultConfig() Config {
 		JoinRetryInterval: DefaultJoinRetryInterval,
 		JoinRetryMax:      DefaultJoinRetryMax,
 		Timing:            LANTiming(),
+		MaxMembers:        DefaultMaxMembers,
+		MaxInboundStreams: DefaultMaxInboundStreams,
 	}
 }
 
@@ -109,6 +127,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timing == (Timing{}) {
 		c.Timing = LANTiming()
+	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = DefaultMaxMembers
+	}
+	if c.MaxInboundStreams == 0 {
+		c.MaxInboundStreams = DefaultMaxInboundStreams
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -154,6 +178,10 @@ func (c Config) Validate() error {
 	}
 	if err := c.Timing.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.MaxMembers < 1 || c.MaxInboundStreams < 1 {
+		errs = append(errs, fmt.Errorf("gossip: max members %d and max inbound streams %d must be positive",
+			c.MaxMembers, c.MaxInboundStreams))
 	}
 	return errors.Join(errs...)
 }

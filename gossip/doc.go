@@ -24,6 +24,20 @@
 // With Config.SnapshotPath a restarted node rejoins the peers it knew, even
 // without Config.Join, and even after a graceful Leave (RejoinAfterLeave).
 //
+// What arrives on the gossip port is screened before memberlist reads it,
+// so that no sender can make it hold much more memory than a cluster of
+// Config.MaxMembers members needs: at most Config.MaxInboundStreams inbound
+// streams are open at once, each must deliver its first message within
+// Timing.TCPTimeout (at most 5 s), and while it has not, a newer stream
+// closes it when the limit is reached; a first message larger than 32 KiB
+// plus 1 KiB per member (compressed or not), or a push-pull listing more
+// members, is refused before memberlist allocates anything for it; packets
+// larger than 8 KiB, or compressed into more, are dropped. Encrypted streams
+// cannot be read before memberlist decrypts them, so only their size is
+// checked. Refusals are logged at most once per RefusalLogInterval with
+// counts, and serf's and memberlist's warnings are rate-limited by a kind
+// that sent bytes cannot vary.
+//
 // What is not guaranteed: membership is eventually consistent. Two members may
 // see different member lists, or the same member in different states, for a
 // while; a member that is only slow may be declared failed. Do not treat "alive
@@ -54,4 +68,11 @@
 //
 // The transport speaks plain TCP unless TransportConfig.Wrap adds a layer
 // (such as TLS) to every connection.
+//
+// An inbound connection is unproven until it completes Wrap.Server (with
+// KeyedTLS, proving the cluster key) or, without Wrap, sends a well-formed
+// request. Unproven connections have ProveTimeout and a limit of their own,
+// MaxUnprovenConns, at which a new one closes the oldest; proven ones are
+// bounded by MaxConns and closed after twice IdleTimeout idle. Idle or
+// silent connections therefore cannot keep peers out.
 package gossip

@@ -93,7 +93,10 @@ func Start(cfg Config) (*Membership, error) {
 func (m *Membership) startSerf(events chan serf.Event) error {
 	ip, port, _ := splitBindAddr(m.cfg.BindAddr) // checked by Validate
 	std := newStdLogger(m.logger)
-	nl, port, err := newNetLayer(m.ctx, ip, port, std)
+	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
+		ip: ip, port: port, std: std, logger: m.logger,
+		maxMembers: m.cfg.MaxMembers, maxStreams: m.cfg.MaxInboundStreams, tcpTimeout: m.cfg.Timing.TCPTimeout,
+	})
 	if err != nil {
 		return err
 	}
