@@ -256,3 +256,25 @@ func TestDivergedRosterIsReported(t *testing.T) {
 		t.Fatalf("n1 replaced its roster %v with %v", mine, n.c.roster())
 	}
 }
+
+// TestLoweredEpochFileIsRaised: an epoch file lost or lowered below what
+// the node's voter file says it granted is raised to it at start, so the
+// node never campaigns at an epoch it granted another term.
+func TestLoweredEpochFileIsRaised(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10 * time.Second)
+	s.run(s.ttl)
+	n := s.nodes["n1"]
+	granted := n.grants.epoch
+	if granted == 0 {
+		t.Fatal("n1 granted nothing")
+	}
+	s.crash("n1")
+	n.epochs = &memStore{}
+	s.boot("n1", 0)
+	if n.epochs.epoch < granted || n.c.m.Status().Epoch < granted {
+		t.Fatalf("after losing its epoch file n1 starts at %d (stored %d), below its grant %d",
+			n.c.m.Status().Epoch, n.epochs.epoch, granted)
+	}
+}
