@@ -37,7 +37,6 @@ type Agent struct {
 	server  *rpc.Server
 	hooks   *hooks.Runner
 	peerTLS *gossip.KeyedTLS // nil without a cluster key
-	refused uint64           // peer handshakes refused, as last reported
 
 	// inbox carries work for the driver goroutine, the only one that
 	// touches core.

@@ -27,8 +27,6 @@ func (a *Agent) loop() {
 	defer close(a.loopDone)
 	ticker := time.NewTicker(a.cfg.TickInterval)
 	defer ticker.Stop()
-	report := time.NewTicker(refusedReportInterval)
-	defer report.Stop()
 	a.syncMembers()
 	events := a.members.Events()
 	for {
@@ -49,8 +47,6 @@ func (a *Agent) loop() {
 		case <-ticker.C:
 			a.core.tick(a.cfg.Clock.Now())
 			a.flush()
-		case <-report.C:
-			a.reportRefused()
 		}
 	}
 }
@@ -166,20 +162,6 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 func (a *Agent) fail(err error) {
 	a.abort(fmt.Errorf("agent: cannot persist state: %w", err))
 	<-a.ctx.Done()
-}
-
-// refusedReportInterval bounds how often refused peers are logged: one line
-// per interval with the count, however many attempts an attacker makes.
-const refusedReportInterval = 30 * time.Second
-
-// reportRefused logs the peer connections refused since the last report.
-func (a *Agent) reportRefused() {
-	n := a.RefusedPeers()
-	if n > a.refused {
-		a.log.Warn("refused peer connections that did not prove the cluster key (another key, none, or not TLS)",
-			"count", n-a.refused, "total", n, "interval", refusedReportInterval)
-	}
-	a.refused = n
 }
 
 // RefusedPeers counts the peer connections refused since start because
