@@ -25,8 +25,13 @@ type runnerSet struct {
 // counters are guarded by runnerSet.mu.
 type runnerConn struct {
 	grace     time.Duration // how long its stop may take; fixed
+	peer      rpc.Peer      // the process that registered; fixed
 	told      uint64        // highest epoch its stream said this node leads
 	confirmed uint64        // highest epoch it reported stopped
+	pgid      int           // its work's process group (running frame); 0: none
+	pgEpoch   uint64        // the term that group runs for
+	left      bool          // the connection closed; kept until the group is gone
+	stopping  bool          // the agent is stopping the group
 }
 
 func newRunnerSet() *runnerSet {
@@ -34,8 +39,8 @@ func newRunnerSet() *runnerSet {
 }
 
 // add registers a runner.
-func (s *runnerSet) add(grace time.Duration) *runnerConn {
-	r := &runnerConn{grace: grace}
+func (s *runnerSet) add(grace time.Duration, peer rpc.Peer) *runnerConn {
+	r := &runnerConn{grace: grace, peer: peer}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.all[r] = struct{}{}
@@ -63,6 +68,9 @@ func (s *runnerSet) told(r *runnerConn, epoch uint64) {
 func (s *runnerSet) stopped(r *runnerConn, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if epoch >= r.pgEpoch {
+		r.pgid = 0 // its group is not running: nothing to stop
+	}
 	if epoch > r.confirmed {
 		r.confirmed = epoch
 		s.signalLocked()
@@ -119,26 +127,30 @@ func (s *runnerSet) wait(ctx context.Context, epoch uint64, rs []*runnerConn) er
 // WatchRunner subscribes a runner to events, as Watch does, and registers
 // it until cancel: a term this node leads that ends while its lease is
 // valid is released only once every runner told of it has reported it
-// stopped (or left), or at the lease deadline without a release. A grace
-// longer than the lease TTL is refused (the command could never run).
-func (b backend) WatchRunner(_ context.Context, grace time.Duration) (<-chan rpc.Event, func(uint64), func(), error) {
-	a := b.a
+// stopped (or left, and its registered process group is gone), or at the
+// lease deadline without a release. A grace longer than the lease TTL is
+// refused (the command could never run).
+func (b backend) WatchRunner(_ context.Context, reg rpc.RunnerRegistration) (rpc.RunnerSubscription, error) {
+	a, grace := b.a, reg.Grace
 	if a.cfg.Consistency == Quorum && grace > a.cfg.LeaseTTL {
-		return nil, nil, nil, fmt.Errorf("agent: a runner's grace of %v exceeds the lease TTL of %v: its command could never run: %w",
+		return rpc.RunnerSubscription{}, fmt.Errorf("agent: a runner's grace of %v exceeds the lease TTL of %v: its command could never run: %w",
 			grace, a.cfg.LeaseTTL, rpc.ErrBadRequest)
 	}
-	r := a.runners.add(grace)
+	r := a.runners.add(grace, reg.Peer)
 	events, cancel := a.events.subscribeWith(b.currentLeader, func(ev rpc.Event) {
 		if epoch, ok := a.namesSelfLeader(ev); ok {
 			a.runners.told(r, epoch)
 		}
 	})
-	a.log.Debug("runner registered", "grace", grace)
-	stopped := func(epoch uint64) { a.runners.stopped(r, epoch) }
-	return events, stopped, func() {
-		cancel()
-		a.runners.remove(r)
-		a.log.Debug("runner left", "grace", grace)
+	a.log.Debug("runner registered", "grace", grace, "peer_pid", reg.Peer.PID)
+	return rpc.RunnerSubscription{
+		Events:  events,
+		Stopped: func(epoch uint64) { a.runners.stopped(r, epoch) },
+		Running: func(epoch uint64, pgid int) error { return a.runners.running(r, epoch, pgid) },
+		Cancel: func() {
+			cancel()
+			a.runnerLeft(r)
+		},
 	}, nil
 }
 

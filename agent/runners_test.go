@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/rpc"
 )
 
 // TestRunnerSetOwes: a release of a term waits for the runners told of it
@@ -13,7 +15,8 @@ import (
 // told of it, or that reported it already, are not waited for.
 func TestRunnerSetOwes(t *testing.T) {
 	s := newRunnerSet()
-	told, early, never, leaving := s.add(time.Second), s.add(time.Second), s.add(time.Second), s.add(time.Second)
+	told, early, never, leaving := s.add(time.Second, rpc.Peer{}), s.add(time.Second, rpc.Peer{}),
+		s.add(time.Second, rpc.Peer{}), s.add(time.Second, rpc.Peer{})
 	for _, r := range []*runnerConn{told, early, leaving} {
 		s.told(r, 7)
 	}

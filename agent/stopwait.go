@@ -81,6 +81,7 @@ func (a *Agent) startStop(now, deadline time.Time, epoch uint64) {
 	a.log.Info("waiting for local work of the ended term to stop before releasing its lease",
 		"epoch", epoch, "runners", len(runners), "hooks", hooks != nil, "lease_left", deadline.Sub(now))
 	a.warnLongGrace(runners, deadline.Sub(now))
+	a.enforceStop(epoch, runners)
 	a.stops.Add(1)
 	go a.awaitStop(ctx, w, runners, hooks)
 }

@@ -26,13 +26,16 @@ type conn struct {
 	log     *slog.Logger
 	max     int
 	greeted bool // the handshake succeeded; errors now travel as Responses
+	peer    Peer // the client process, when the kernel says
+
+	counted bool // left Server.ungreeted; guarded by Server.mu
 
 	mu       sync.Mutex // guards stopping and read deadlines
 	stopping bool
 }
 
-func newConn(s *Server, nc net.Conn, id uint64) *conn {
-	return &conn{srv: s, nc: nc, log: s.log.With("conn", id), max: s.cfg.MaxFrame}
+func newConn(s *Server, nc net.Conn, id uint64, peer Peer) *conn {
+	return &conn{srv: s, nc: nc, log: s.log.With("conn", id, "peer_pid", peer.PID), max: s.cfg.MaxFrame, peer: peer}
 }
 
 // serve runs the connection: handshake, then requests until the client
@@ -88,12 +91,12 @@ func (c *conn) handshake() bool {
 	}
 	var h Hello
 	if err := wire.Unmarshal(b, &h); err != nil || h.Version == nil {
-		c.log.Warn("rpc: first frame is not a hello; closing connection", "err", err, "bytes", len(b))
+		c.srv.warn(c.log, "rpc: first frame is not a hello; closing connection", "err", err, "bytes", len(b))
 		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello: {"version": 1, "client": "..."}`))
 		return false
 	}
 	if *h.Version != ProtocolVersion {
-		c.log.Warn("rpc: unsupported protocol version; closing connection",
+		c.srv.warn(c.log, "rpc: unsupported protocol version; closing connection",
 			"version", *h.Version, "client", clip(h.Client))
 		c.sendError(0, newError(CodeUnsupportedVersion,
 			fmt.Sprintf("this agent speaks protocol version %d, not %d", ProtocolVersion, *h.Version)))
@@ -105,6 +108,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	c.greeted = true
+	c.srv.greeted(c)
 	return true
 }
 
@@ -118,7 +122,7 @@ func (c *conn) next() bool {
 	}
 	var req Request
 	if err := wire.Unmarshal(b, &req); err != nil {
-		c.log.Warn("rpc: malformed request; closing connection", "err", err, "bytes", len(b))
+		c.srv.warn(c.log, "rpc: malformed request; closing connection", "err", err, "bytes", len(b))
 		c.sendError(0, newError(CodeBadRequest, "malformed request: "+err.Error()))
 		return false
 	}
@@ -136,17 +140,17 @@ func (c *conn) readFailed(err error) {
 		c.log.Debug("rpc: client closed the connection")
 	case errors.Is(err, wire.ErrFrameTooLarge):
 		// The body was not read, so the stream is out of step: say why, close.
-		c.log.Warn("rpc: frame too large; closing connection", "err", err)
+		c.srv.warn(c.log, "rpc: frame too large; closing connection", "err", err)
 		c.sendError(0, newError(CodeFrameTooLarge, fmt.Sprintf("frames are limited to %d bytes", c.max)))
 	case c.isStopping():
 		// Server.Close interrupted the read.
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.log.Debug("rpc: connection timed out waiting for the client", "greeted", c.greeted)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		c.log.Warn("rpc: truncated frame; closing connection", "err", err)
+		c.srv.warn(c.log, "rpc: truncated frame; closing connection", "err", err)
 		c.sendError(0, newError(CodeBadRequest, "truncated frame"))
 	default:
-		c.log.Warn("rpc: read failed; closing connection", "err", err)
+		c.srv.warn(c.log, "rpc: read failed; closing connection", "err", err)
 	}
 }
 
@@ -189,7 +193,7 @@ func (c *conn) send(resp Response) error {
 		return err
 	}
 	if len(b) > c.max {
-		c.log.Warn("rpc: response exceeds the frame limit", "seq", resp.Seq, "bytes", len(b), "max_frame", c.max)
+		c.srv.warn(c.log, "rpc: response exceeds the frame limit", "seq", resp.Seq, "bytes", len(b), "max_frame", c.max)
 		msg := fmt.Sprintf("the response of %d bytes exceeds the %d-byte frame limit", len(b), c.max)
 		if err := c.send(Response{Seq: resp.Seq, Error: newError(CodeFrameTooLarge, msg)}); err != nil {
 			return err
@@ -206,7 +210,7 @@ func (c *conn) write(b []byte) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		c.log.Warn("rpc: client is not reading; cutting it off", "write_timeout", c.srv.cfg.WriteTimeout)
+		c.srv.warn(c.log, "rpc: client is not reading; cutting it off", "write_timeout", c.srv.cfg.WriteTimeout)
 	default:
 		c.log.Debug("rpc: write failed; closing connection", "err", err)
 	}

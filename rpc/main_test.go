@@ -161,30 +161,41 @@ func (f *fakeBackend) Watch(context.Context) (<-chan Event, func(), error) {
 	return s.out, s.cancel, nil
 }
 
-// WatchRunner subscribes as Watch does and records the runner: its grace
-// and its stopped reports.
-func (f *fakeBackend) WatchRunner(ctx context.Context, grace time.Duration) (<-chan Event, func(uint64), func(), error) {
+// WatchRunner subscribes as Watch does and records the runner: its grace,
+// its peer, and its stopped and running reports.
+func (f *fakeBackend) WatchRunner(ctx context.Context, reg RunnerRegistration) (RunnerSubscription, error) {
 	f.mu.Lock()
 	limit := f.maxGrace
 	f.mu.Unlock()
-	if limit > 0 && grace > limit {
-		return nil, nil, nil, fmt.Errorf("fake: grace %v over %v: %w", grace, limit, ErrBadRequest)
+	if limit > 0 && reg.Grace > limit {
+		return RunnerSubscription{}, fmt.Errorf("fake: grace %v over %v: %w", reg.Grace, limit, ErrBadRequest)
 	}
 	events, cancel, _ := f.Watch(ctx)
-	r := &fakeRunner{grace: grace, stopped: make(chan uint64, 64)}
+	r := &fakeRunner{grace: reg.Grace, peer: reg.Peer, stopped: make(chan uint64, 64), running: make(chan [2]uint64, 64)}
 	select {
 	case f.runners <- r:
 	default:
 	}
-	return events, r.report, func() { r.cancelled.Store(true); cancel() }, nil
+	return RunnerSubscription{Events: events, Stopped: r.report, Running: r.run,
+		Cancel: func() { r.cancelled.Store(true); cancel() }}, nil
 }
 
 // fakeRunner is one runner registration.
 type fakeRunner struct {
 	grace     time.Duration
-	stopped   chan uint64 // the stopped reports, in order
+	peer      Peer
+	stopped   chan uint64    // the stopped reports, in order
+	running   chan [2]uint64 // the running reports: epoch, pgid
 	cancelled atomic.Bool
 	late      atomic.Bool // a report came after cancel
+}
+
+func (r *fakeRunner) run(epoch uint64, pgid int) error {
+	select {
+	case r.running <- [2]uint64{epoch, uint64(pgid)}:
+	default:
+	}
+	return nil
 }
 
 func (r *fakeRunner) report(epoch uint64) {

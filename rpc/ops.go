@@ -35,15 +35,15 @@ func unary(op string) unaryHandler {
 		return opForceLeave
 	case OpKeys:
 		return opKeys
-	case OpStopped:
+	case OpStopped, OpRunning:
 		return opStopped
 	}
 	return nil
 }
 
-// opStopped refuses a stopped frame outside a runner's watch.
+// opStopped refuses a stopped or running frame outside a runner's watch.
 func opStopped(context.Context, Backend, msgpack.RawMessage) (any, error) {
-	return nil, fmt.Errorf("%w: stopped is sent only on a runner's watching connection", ErrBadRequest)
+	return nil, fmt.Errorf("%w: stopped and running are sent only on a runner's watching connection", ErrBadRequest)
 }
 
 func opCheck(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
@@ -118,7 +118,7 @@ func opResign(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error)
 func (c *conn) answer(req Request) bool {
 	h := unary(req.Op)
 	if h == nil {
-		c.log.Warn("rpc: unknown op", "op", clip(req.Op), "seq", req.Seq)
+		c.srv.warn(c.log, "rpc: unknown op", "op", clip(req.Op), "seq", req.Seq)
 		err := c.sendError(req.Seq, newError(CodeUnknownOp, fmt.Sprintf("unknown op %q", clip(req.Op))))
 		return err == nil
 	}
@@ -159,7 +159,7 @@ func (c *conn) watch(req Request) {
 	}
 	defer sub.cancel()
 	c.log.Debug("rpc: watch started", "seq", req.Seq, "runner", sub.stopped != nil)
-	peer, reader := c.watchPeer(sub.stopped)
+	peer, reader := c.watchPeer(sub)
 	if end := c.stream(req.Seq, sub.events, peer); end != nil {
 		_ = c.send(Response{Seq: req.Seq, Error: end})
 	}
@@ -181,7 +181,7 @@ func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error
 			if !ok {
 				// The backend ended a running subscription: this watcher fell
 				// too far behind and was dropped so it cannot slow the agent.
-				c.log.Warn("rpc: watcher too slow; its stream was ended")
+				c.srv.warn(c.log, "rpc: watcher too slow; its stream was ended")
 				return newError(CodeTooSlow, "this watcher fell too far behind the agent's events; reconnect and read faster")
 			}
 			if err := c.sendBody(seq, ev, true); err != nil {
@@ -202,10 +202,10 @@ func (c *conn) peerEnded(err error) *Error {
 	case c.srv.ctx.Err() != nil:
 		return newError(CodeShuttingDown, "the agent is stopping")
 	case errors.As(err, &bad):
-		c.log.Warn("rpc: runner sent a bad frame; ending its watch", "err", err)
+		c.srv.warn(c.log, "rpc: runner sent a bad frame; ending its watch", "err", err)
 		return bad
 	case err == nil || errors.Is(err, wire.ErrFrameTooLarge):
-		c.log.Warn("rpc: client sent a frame during a watch; ending it")
+		c.srv.warn(c.log, "rpc: client sent a frame during a watch; ending it")
 		return newError(CodeBadRequest, "a watching connection accepts no requests; open another connection")
 	}
 	c.log.Debug("rpc: client left the watch", "err", err)

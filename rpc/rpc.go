@@ -43,6 +43,11 @@ const (
 	// there: its work for a term is not running. Request body:
 	// StoppedRequest; the server sends no response.
 	OpStopped = "stopped"
+	// OpRunning is sent by a runner on its watching connection, and only
+	// there, after it started its work: the work runs in a process group
+	// the agent stops itself if the runner dies without reporting it
+	// stopped. Request body: RunningRequest; the server sends no response.
+	OpRunning = "running"
 	// OpCheck asks whether an epoch is the live term on this node, and how
 	// much lease remains. Request body: CheckRequest; response: CheckResult.
 	OpCheck = "check"

@@ -19,6 +19,7 @@ import (
 type subscription struct {
 	events  <-chan Event
 	stopped func(epoch uint64) // nil unless the watcher registered as a runner
+	running func(epoch uint64, pgid int) error
 	cancel  func()
 }
 
@@ -38,8 +39,15 @@ func (c *conn) subscribe(body msgpack.RawMessage) (subscription, error) {
 	if err != nil {
 		return subscription{}, err
 	}
-	events, stopped, cancel, err := b.WatchRunner(c.srv.ctx, grace)
-	return subscription{events: events, stopped: stopped, cancel: cancel}, err
+	rs, err := b.WatchRunner(c.srv.ctx, RunnerRegistration{Grace: grace, Peer: c.peer})
+	if err != nil {
+		return subscription{}, err
+	}
+	stopped := rs.Stopped
+	if stopped == nil {
+		stopped = func(uint64) {}
+	}
+	return subscription{events: rs.Events, stopped: stopped, running: rs.Running, cancel: rs.Cancel}, nil
 }
 
 // grace checks the runner's grace and returns it.
@@ -63,52 +71,84 @@ func decodeOptional(body msgpack.RawMessage, v any) error {
 }
 
 // watchPeer reads from the connection during a watch. A plain watcher must
-// send nothing: its first frame ends the watch. A runner (stopped not nil)
-// may send stopped frames, handed to stopped in order; any other frame ends
-// the watch. The first frame that ends the watch is reported as nil (plain)
-// or as an *Error (runner), a read failure as itself. done is closed when
-// the goroutine has returned; it returns once a read fails, so the caller
-// ends it by interrupting the connection's reads.
-func (c *conn) watchPeer(stopped func(epoch uint64)) (ended <-chan error, done <-chan struct{}) {
+// send nothing: its first frame ends the watch. A runner (sub.stopped not
+// nil) may send stopped and running frames, handed to the subscription in
+// order; any other frame ends the watch. The first frame that ends the
+// watch is reported as nil (plain) or as an *Error (runner), a read failure
+// as itself. done is closed when the goroutine has returned; it returns
+// once a read fails, so the caller ends it by interrupting the
+// connection's reads.
+func (c *conn) watchPeer(sub subscription) (ended <-chan error, done <-chan struct{}) {
 	end := make(chan error, 1)
 	finished := make(chan struct{})
 	c.srv.wg.Add(1)
 	go func() {
 		defer c.srv.wg.Done()
 		defer close(finished)
-		end <- c.readPeer(stopped)
+		end <- c.readPeer(sub)
 	}()
 	return end, finished
 }
 
 // readPeer reads frames until one ends the watch, and returns why.
-func (c *conn) readPeer(stopped func(epoch uint64)) error {
+func (c *conn) readPeer(sub subscription) error {
 	for {
 		b, err := wire.ReadFrame(c.nc, c.max)
-		if err != nil || stopped == nil {
+		if err != nil || sub.stopped == nil {
 			return err
 		}
-		epoch, bad := parseStopped(b)
+		f, bad := parseRunnerFrame(b)
 		if bad != nil {
 			return bad
 		}
-		stopped(epoch)
+		c.deliver(sub, f)
 	}
 }
 
-// parseStopped reads a runner's stopped frame.
-func parseStopped(b []byte) (uint64, *Error) {
+// runnerFrame is a runner's stopped or running frame.
+type runnerFrame struct {
+	op    string
+	epoch uint64
+	pgid  int
+}
+
+// deliver hands a runner's frame to the subscription.
+func (c *conn) deliver(sub subscription, f runnerFrame) {
+	if f.op == OpStopped {
+		sub.stopped(f.epoch)
+		return
+	}
+	if sub.running == nil {
+		return
+	}
+	if err := sub.running(f.epoch, f.pgid); err != nil {
+		c.srv.warn(c.log, "rpc: runner's process group refused; the agent will not stop it", "err", err, "pgid", f.pgid, "epoch", f.epoch)
+	}
+}
+
+// parseRunnerFrame reads a runner's stopped or running frame.
+func parseRunnerFrame(b []byte) (runnerFrame, *Error) {
 	var req Request
 	if err := wire.Unmarshal(b, &req); err != nil {
-		return 0, newError(CodeBadRequest, "malformed frame on a runner's watch: "+err.Error())
+		return runnerFrame{}, newError(CodeBadRequest, "malformed frame on a runner's watch: "+err.Error())
 	}
-	if req.Op != OpStopped {
-		return 0, newError(CodeBadRequest, fmt.Sprintf("a runner's watching connection accepts only %q frames, not %q; open another connection",
-			OpStopped, clip(req.Op)))
+	switch req.Op {
+	case OpStopped:
+		var body StoppedRequest
+		if err := decodeBody(req.Body, &body); err != nil || body.Epoch == 0 {
+			return runnerFrame{}, newError(CodeBadRequest, `a stopped frame needs the body {"epoch": N} with N at least 1`)
+		}
+		return runnerFrame{op: OpStopped, epoch: body.Epoch}, nil
+	case OpRunning:
+		var body RunningRequest
+		if err := decodeBody(req.Body, &body); err != nil || body.Epoch == 0 || body.PGID <= 1 || body.PGID > maxPGID {
+			return runnerFrame{}, newError(CodeBadRequest, `a running frame needs the body {"epoch": N, "pgid": P} with N at least 1 and P above 1`)
+		}
+		return runnerFrame{op: OpRunning, epoch: body.Epoch, pgid: int(body.PGID)}, nil
 	}
-	var body StoppedRequest
-	if err := decodeBody(req.Body, &body); err != nil || body.Epoch == 0 {
-		return 0, newError(CodeBadRequest, `a stopped frame needs the body {"epoch": N} with N at least 1`)
-	}
-	return body.Epoch, nil
+	return runnerFrame{}, newError(CodeBadRequest, fmt.Sprintf("a runner's watching connection accepts only %q and %q frames, not %q; open another connection",
+		OpStopped, OpRunning, clip(req.Op)))
 }
+
+// maxPGID bounds a running frame's pgid: Linux PIDs stay below 2^22.
+const maxPGID = 1<<31 - 1

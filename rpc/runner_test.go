@@ -2,11 +2,16 @@ package rpc
 
 import (
 	"errors"
+	"os"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
 )
+
+// peerSupported: the server can tell its peers here (SO_PEERCRED).
+var peerSupported = runtime.GOOS == "linux"
 
 // runnerBody is a watch request body that registers a runner.
 func runnerBody(t *testing.T, v any) []byte {
@@ -60,10 +65,14 @@ func TestRunnerWatchReportsStopped(t *testing.T) {
 // well-formed stopped one ends the watch with bad_request.
 func TestRunnerWatchEndsOnOtherFrames(t *testing.T) {
 	for name, frame := range map[string]Request{
-		"status":      {Seq: 2, Op: OpStatus},
-		"no body":     {Seq: 2, Op: OpStopped},
-		"epoch 0":     {Seq: 2, Op: OpStopped, Body: runnerBody(t, StoppedRequest{})},
-		"string body": {Seq: 2, Op: OpStopped, Body: runnerBody(t, "7")},
+		"status":          {Seq: 2, Op: OpStatus},
+		"no body":         {Seq: 2, Op: OpStopped},
+		"epoch 0":         {Seq: 2, Op: OpStopped, Body: runnerBody(t, StoppedRequest{})},
+		"string body":     {Seq: 2, Op: OpStopped, Body: runnerBody(t, "7")},
+		"running pgid 1":  {Seq: 2, Op: OpRunning, Body: runnerBody(t, RunningRequest{Epoch: 4, PGID: 1})},
+		"running pgid -5": {Seq: 2, Op: OpRunning, Body: runnerBody(t, RunningRequest{Epoch: 4, PGID: -5})},
+		"running epoch 0": {Seq: 2, Op: OpRunning, Body: runnerBody(t, RunningRequest{PGID: 4000})},
+		"running no body": {Seq: 2, Op: OpRunning},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fb := newFakeBackend()
@@ -176,5 +185,30 @@ func TestClientRunnerChecks(t *testing.T) {
 	sub.push(t, memberEvent("n4"))
 	if ev := nextEvent(t, w); ev.Node != "n4" {
 		t.Fatalf("event = %+v, want n4's: the plain watch must go on", ev)
+	}
+}
+
+// TestRunnerWatchReportsRunning: a runner's running frames reach the
+// Backend with the connecting process as the peer.
+func TestRunnerWatchReportsRunning(t *testing.T) {
+	fb := newFakeBackend()
+	srv := startServer(t, fb, nil)
+	w, err := dialT(t, srv.Path()).WatchAsRunner(testCtx(t), 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("WatchAsRunner: %v", err)
+	}
+	defer w.Close()
+	r := recv(t, fb.runners, "the runner's registration")
+	if err := w.Running(testCtx(t), 9, 4242); err != nil {
+		t.Fatalf("Running: %v", err)
+	}
+	if got := recv(t, r.running, "a running report"); got != [2]uint64{9, 4242} {
+		t.Fatalf("running report %v, want [9 4242]", got)
+	}
+	if want := os.Getpid(); peerSupported && (!r.peer.Known || r.peer.PID != want || r.peer.UID != os.Getuid()) {
+		t.Fatalf("peer %+v, want pid %d uid %d", r.peer, want, os.Getuid())
+	}
+	if err := w.Running(testCtx(t), 9, 1); err == nil {
+		t.Fatal("Running with pgid 1 succeeded on the client side")
 	}
 }

@@ -24,8 +24,16 @@ const (
 	// DefaultWriteTimeout bounds every frame write; a client that does not
 	// read for this long is cut off.
 	DefaultWriteTimeout = 5 * time.Second
-	// DefaultHandshakeTimeout bounds the wait for a client's Hello.
-	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultHandshakeTimeout bounds the wait for a client's Hello. Every
+	// client of tenure sends its Hello as soon as it connects; 2 s is ample
+	// on a loaded host and frees a slot held by a silent client soon.
+	DefaultHandshakeTimeout = 2 * time.Second
+	// DefaultIdleTimeout closes a greeted connection that sends no request
+	// for this long (watches are exempt). tenure's own clients either make
+	// a call and close, or poll every half second (tenure run), so a minute
+	// of silence means a client that forgot its connection, which should
+	// not hold a slot for ever.
+	DefaultIdleTimeout = 60 * time.Second
 	// minMaxFrame is the smallest MaxFrame accepted: room for a HelloReply.
 	minMaxFrame = 1 << 10
 	// busyWriteTimeout bounds the too_many_connections reply, which the
@@ -56,8 +64,21 @@ type ServerConfig struct {
 	// connect: give Mode 0660 with it. The directory becomes 0750.
 	Group *int
 	// IdleTimeout closes a connection that sends no request for this long;
-	// 0 means never. Watch connections are exempt.
+	// 0 means DefaultIdleTimeout, negative means never. Watch connections
+	// are exempt.
 	IdleTimeout time.Duration
+	// MaxConnsPerPeer bounds the connections of one client process (by its
+	// PID, from SO_PEERCRED), so that one client cannot take every slot; 0
+	// means a quarter of MaxConns (16 of 64). Where the peer cannot be told
+	// (no SO_PEERCRED), connections are not held to it.
+	MaxConnsPerPeer int
+	// MaxUngreeted bounds the connections that have not completed the
+	// handshake yet; 0 means a quarter of MaxConns (16 of 64).
+	MaxUngreeted int
+	// LogInterval is how often, at most, each kind of warning about clients
+	// (refused connections, malformed frames) is logged, with the count of
+	// repeats; 0 means DefaultLogInterval.
+	LogInterval time.Duration
 	// WriteTimeout bounds every frame write; 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// HandshakeTimeout bounds the wait for the client's Hello; 0 means
@@ -71,7 +92,8 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	if c.Path == "" || c.Backend == nil {
 		return c, errors.New("rpc: server config needs a Path and a Backend")
 	}
-	if c.MaxFrame < 0 || c.MaxConns < 0 || c.IdleTimeout < 0 || c.WriteTimeout < 0 || c.HandshakeTimeout < 0 {
+	if c.MaxFrame < 0 || c.MaxConns < 0 || c.MaxConnsPerPeer < 0 || c.MaxUngreeted < 0 ||
+		c.WriteTimeout < 0 || c.HandshakeTimeout < 0 || c.LogInterval < 0 {
 		return c, errors.New("rpc: server config has a negative limit or timeout")
 	}
 	if c.MaxFrame != 0 && c.MaxFrame < minMaxFrame {
@@ -79,6 +101,15 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 	}
 	c.MaxFrame = cmp.Or(c.MaxFrame, wire.DefaultMaxFrame)
 	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
+	c.MaxConnsPerPeer = cmp.Or(c.MaxConnsPerPeer, max(c.MaxConns/4, 1))
+	c.MaxUngreeted = cmp.Or(c.MaxUngreeted, max(c.MaxConns/4, 1))
+	if c.MaxConnsPerPeer > c.MaxConns || c.MaxUngreeted > c.MaxConns {
+		return c, fmt.Errorf("rpc: server config MaxConnsPerPeer %d and MaxUngreeted %d may not exceed MaxConns %d",
+			c.MaxConnsPerPeer, c.MaxUngreeted, c.MaxConns)
+	}
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
+	c.IdleTimeout = max(c.IdleTimeout, 0) // negative: never
+	c.LogInterval = cmp.Or(c.LogInterval, DefaultLogInterval)
 	c.Mode = cmp.Or(c.Mode, DefaultMode)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
@@ -92,16 +123,19 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 type Server struct {
 	cfg    ServerConfig
 	log    *slog.Logger
+	warns  *rateLog // warnings about clients, at most one per kind and interval
 	ln     *net.UnixListener
 	ctx    context.Context // cancelled by Close; parent of every request
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the accept loop and every connection goroutine
 	once   sync.Once
 
-	mu     sync.Mutex // guards the fields below
-	conns  map[*conn]struct{}
-	nextID uint64
-	closed bool
+	mu        sync.Mutex // guards the fields below
+	conns     map[*conn]struct{}
+	perPeer   map[int]int // connections by peer PID, for known peers
+	ungreeted int         // connections whose handshake has not succeeded
+	nextID    uint64
+	closed    bool
 }
 
 // Listen creates the socket at cfg.Path and starts serving in the
@@ -119,10 +153,11 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, ctx: ctx, cancel: cancel,
-		conns: make(map[*conn]struct{})}
+		warns: newRateLog(cfg.LogInterval), conns: make(map[*conn]struct{}), perPeer: map[int]int{}}
 	s.wg.Add(1)
 	go s.acceptLoop()
-	s.log.Info("rpc: listening", "path", cfg.Path, "max_conns", cfg.MaxConns)
+	s.log.Info("rpc: listening", "path", cfg.Path, "max_conns", cfg.MaxConns,
+		"max_conns_per_peer", cfg.MaxConnsPerPeer, "max_ungreeted", cfg.MaxUngreeted, "idle_timeout", cfg.IdleTimeout)
 	return s, nil
 }
 
@@ -145,6 +180,7 @@ func (s *Server) Close() error {
 		}
 		s.mu.Unlock()
 		s.wg.Wait()
+		s.warns.flush()
 		s.log.Info("rpc: closed", "path", s.cfg.Path)
 	})
 	return nil
@@ -175,23 +211,58 @@ func (s *Server) acceptLoop() {
 	}
 }
 
-// admit starts serving nc, or turns it away when the server is full or
-// closing.
+// admit starts serving nc, or turns it away when the server is full,
+// closing, or nc's peer already holds its share of the slots.
 func (s *Server) admit(nc net.Conn) {
+	peer := peerOf(nc)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.closed:
+	if s.closed {
 		nc.Close()
+		return
+	}
+	if why := s.fullLocked(peer); why != "" {
+		s.warn(s.log, "rpc: refusing connections: "+why, "max_conns", s.cfg.MaxConns,
+			"max_conns_per_peer", s.cfg.MaxConnsPerPeer, "max_ungreeted", s.cfg.MaxUngreeted, "peer_pid", peer.PID)
+		s.refuseBusy(nc, why)
+		return
+	}
+	s.nextID++
+	c := newConn(s, nc, s.nextID, peer)
+	s.conns[c] = struct{}{}
+	s.ungreeted++
+	if peer.Known {
+		s.perPeer[peer.PID]++
+	}
+	s.wg.Add(1)
+	go c.serve()
+}
+
+// fullLocked says why a connection from peer cannot be admitted now, or "".
+func (s *Server) fullLocked(peer Peer) string {
+	switch {
 	case len(s.conns) >= s.cfg.MaxConns:
-		s.log.Warn("rpc: too many connections; refusing one", "max_conns", s.cfg.MaxConns)
-		s.refuseBusy(nc)
-	default:
-		s.nextID++
-		c := newConn(s, nc, s.nextID)
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		go c.serve()
+		return fmt.Sprintf("the agent serves %d connections already", s.cfg.MaxConns)
+	case peer.Known && s.perPeer[peer.PID] >= s.cfg.MaxConnsPerPeer:
+		return fmt.Sprintf("this client process holds %d connections already, its share", s.cfg.MaxConnsPerPeer)
+	case s.ungreeted >= s.cfg.MaxUngreeted:
+		return fmt.Sprintf("%d connections are waiting to say hello already", s.cfg.MaxUngreeted)
+	}
+	return ""
+}
+
+// warn logs a warning about a client, at most once per LogInterval for
+// each msg.
+func (s *Server) warn(l *slog.Logger, msg string, args ...any) { s.warns.warn(l, msg, args...) }
+
+// greeted records that c's handshake succeeded: it leaves the share of
+// the slots kept for connections that have not said hello.
+func (s *Server) greeted(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !c.counted {
+		c.counted = true
+		s.ungreeted--
 	}
 }
 
@@ -199,9 +270,8 @@ func (s *Server) admit(nc net.Conn) {
 // too_many_connections, without reading its Hello, and closes it. A fresh
 // socket's send buffer is empty, so the write does not block in practice;
 // the deadline makes sure.
-func (s *Server) refuseBusy(nc net.Conn) {
+func (s *Server) refuseBusy(nc net.Conn, msg string) {
 	defer nc.Close()
-	msg := fmt.Sprintf("the agent serves %d connections already", s.cfg.MaxConns)
 	b, err := wire.Marshal(HelloReply{Version: ProtocolVersion, Agent: s.cfg.AgentVersion,
 		MaxFrame: uint64(s.cfg.MaxFrame), Error: newError(CodeBusy, msg)})
 	if err != nil {
@@ -211,9 +281,18 @@ func (s *Server) refuseBusy(nc net.Conn) {
 	_ = wire.WriteFrame(nc, b)
 }
 
-// forget removes c from the connection set.
+// forget removes c from the connection set and its counts.
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.conns, c)
-	s.mu.Unlock()
+	if !c.counted {
+		c.counted = true
+		s.ungreeted--
+	}
+	if c.peer.Known {
+		if s.perPeer[c.peer.PID]--; s.perPeer[c.peer.PID] <= 0 {
+			delete(s.perPeer, c.peer.PID)
+		}
+	}
 }

@@ -142,7 +142,7 @@ func TestUnknownOpRaw(t *testing.T) {
 }
 
 func TestMaxConns(t *testing.T) {
-	srv := startServer(t, newFakeBackend(), func(cfg *ServerConfig) { cfg.MaxConns = 2 })
+	srv := startServer(t, newFakeBackend(), func(cfg *ServerConfig) { cfg.MaxConns, cfg.MaxConnsPerPeer, cfg.MaxUngreeted = 2, 2, 2 })
 	c1 := dialT(t, srv.Path())
 	c2 := dialT(t, srv.Path())
 	_, err := Dial(testCtx(t), srv.Path())

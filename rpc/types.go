@@ -157,16 +157,16 @@ type Backend interface {
 	// one subscriber hold up the others (buffer, or coalesce).
 	Watch(ctx context.Context) (events <-chan Event, cancel func(), err error)
 	// WatchRunner subscribes as Watch does and registers the subscriber as
-	// a runner whose stop takes up to grace (between 1ms and
+	// a runner whose stop takes up to reg.Grace (between 1ms and
 	// MaxRunnerGrace; the server checks), for as long as the subscription
 	// lasts: when a term this node led ends, the Backend waits for every
-	// runner it told of that term to report stopped(epoch) (or to leave)
-	// before it lets the lease go. The server calls stopped from the
-	// connection's reader goroutine, for every stopped frame, never after
-	// it has called cancel; stopped must not block. An error wrapping
-	// ErrBadRequest refuses the registration (a grace the Backend will not
-	// accept).
-	WatchRunner(ctx context.Context, grace time.Duration) (events <-chan Event, stopped func(epoch uint64), cancel func(), err error)
+	// runner it told of that term to report Stopped(epoch) (or to leave, and
+	// its registered process group to be gone) before it lets the lease go.
+	// The server calls the subscription's Stopped and Running from the
+	// connection's reader goroutine, in frame order, never after it has
+	// called Cancel; they must not block. An error wrapping ErrBadRequest
+	// refuses the registration (a grace the Backend will not accept).
+	WatchRunner(ctx context.Context, reg RunnerRegistration) (RunnerSubscription, error)
 	// Check answers whether epoch is this node's live term.
 	Check(ctx context.Context, epoch uint64) (CheckResult, error)
 	// ForceLeave removes a voter from the roster through the leader.
@@ -201,6 +201,45 @@ type StoppedRequest struct {
 	// Epoch is the term whose work the runner has stopped (or never
 	// started); at least 1.
 	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+}
+
+// RunningRequest is the body of OpRunning.
+type RunningRequest struct {
+	// Epoch is the term the runner's work was started for; at least 1.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
+	// PGID is the process group the work runs in; more than 1.
+	PGID int64 `msgpack:"pgid" json:"pgid"`
+}
+
+// Peer identifies the process at the other end of a connection, as the
+// kernel reports it (SO_PEERCRED). Known is false where it cannot be had.
+type Peer struct {
+	PID, UID int
+	Known    bool
+}
+
+// RunnerRegistration is what the server knows of a runner that registers.
+type RunnerRegistration struct {
+	// Grace is how long the runner's stop may take, SIGTERM to SIGKILL.
+	Grace time.Duration
+	// Peer is the process that opened the runner's connection.
+	Peer Peer
+}
+
+// RunnerSubscription is a runner's event stream and the receivers of its
+// frames, returned by Backend.WatchRunner.
+type RunnerSubscription struct {
+	// Events is the stream, as for Watch.
+	Events <-chan Event
+	// Stopped receives each stopped frame's epoch.
+	Stopped func(epoch uint64)
+	// Running receives each running frame: the runner's work for epoch
+	// runs in process group pgid. An error refuses the registration (a
+	// group the Backend cannot attribute to the peer); the server logs it
+	// and the watch goes on. Nil: running frames are ignored.
+	Running func(epoch uint64, pgid int) error
+	// Cancel ends the subscription; the server always calls it.
+	Cancel func()
 }
 
 // CheckRequest is the body of OpCheck.

@@ -140,22 +140,43 @@ func (w *Watcher) Next(ctx context.Context) (Event, error) {
 // connection, since a frame cut short would put the stream out of step:
 // the stream then ends, and Next says why.
 func (w *Watcher) Stopped(ctx context.Context, epoch uint64) error {
-	switch {
-	case !w.runner:
-		return errors.New("rpc: stopped: this watch did not register as a runner (use WatchAsRunner)")
-	case epoch == 0:
+	if epoch == 0 {
 		return errors.New("rpc: stopped: epoch 0 is no term")
 	}
-	body, err := wire.Marshal(StoppedRequest{Epoch: epoch})
+	return w.runnerFrame(ctx, OpStopped, StoppedRequest{Epoch: epoch})
+}
+
+// Running tells the agent, on a runner's Watcher, that this runner's work
+// for term epoch runs in process group pgid (above 1): the group's leader
+// must be a child of this process, with this process's user. Should the
+// connection close while the group is registered and not reported
+// stopped, or the term end without a Stopped within the runner's grace,
+// the agent stops the group itself (SIGTERM, SIGKILL after the grace). A
+// group the agent cannot attribute to this process is not registered; the
+// agent only logs that. Like Stopped, it has no answer, and a failure
+// closes the connection.
+func (w *Watcher) Running(ctx context.Context, epoch uint64, pgid int) error {
+	if epoch == 0 || pgid <= 1 {
+		return fmt.Errorf("rpc: running: epoch %d and pgid %d: want an epoch of at least 1 and a pgid above 1", epoch, pgid)
+	}
+	return w.runnerFrame(ctx, OpRunning, RunningRequest{Epoch: epoch, PGID: int64(pgid)})
+}
+
+// runnerFrame writes a runner's frame with body v.
+func (w *Watcher) runnerFrame(ctx context.Context, op string, v any) error {
+	if !w.runner {
+		return fmt.Errorf("rpc: %s: this watch did not register as a runner (use WatchAsRunner)", op)
+	}
+	body, err := wire.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("rpc: stopped: %w", err)
+		return fmt.Errorf("rpc: %s: %w", op, err)
 	}
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	w.seq++
-	if err := w.write(ctx, Request{Seq: w.seq, Op: OpStopped, Body: body}); err != nil {
+	if err := w.write(ctx, Request{Seq: w.seq, Op: op, Body: body}); err != nil {
 		w.cc.nc.Close()
-		return callError(OpStopped, err)
+		return callError(op, err)
 	}
 	return nil
 }

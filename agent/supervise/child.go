@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,14 +43,14 @@ func startChild(cfg Config, t term) (*child, error) {
 	c := &child{term: t, exited: make(chan struct{})}
 	c.cmd = command(cfg)
 	c.cmd.Env = environ(cfg.Env, t)
-	c.cmd.SysProcAttr = procgroup.Attr()
+	c.cmd.SysProcAttr = procgroup.AttrDying()
 	var writers []*os.File
 	var err error
 	if c.cmd.Stdout, err = c.output(cfg.Stdout, &writers); err == nil {
 		c.cmd.Stderr, err = c.output(cfg.Stderr, &writers)
 	}
 	if err == nil {
-		err = c.cmd.Start()
+		err = c.launch()
 	}
 	for _, w := range writers {
 		w.Close()
@@ -60,8 +61,28 @@ func startChild(cfg Config, t term) (*child, error) {
 		return nil, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
 	}
 	c.started = time.Now()
-	go c.reap()
 	return c, nil
+}
+
+// launch starts the command and reaps it on a goroutine locked to its OS
+// thread from the fork until the command has been waited for: the
+// command's parent-death signal fires when the thread that forked it dies
+// (procgroup.AttrDying), and Go ends the thread of a goroutine that exits
+// locked, so the goroutine unlocks before it returns, and the thread lives
+// as long as the command.
+func (c *child) launch() error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := c.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		c.reap()
+	}()
+	return <-started
 }
 
 // command builds the exec.Cmd for cfg's command line.

@@ -60,13 +60,13 @@ func newFakeAgent() *fakeAgent {
 
 // WatchRunner subscribes as Watch does and records the runner's grace and
 // reports.
-func (f *fakeAgent) WatchRunner(ctx context.Context, grace time.Duration) (<-chan rpc.Event, func(uint64), func(), error) {
+func (f *fakeAgent) WatchRunner(ctx context.Context, reg rpc.RunnerRegistration) (rpc.RunnerSubscription, error) {
 	events, cancel, err := f.Watch(ctx)
 	f.mu.Lock()
-	f.graces = append(f.graces, grace)
+	f.graces = append(f.graces, reg.Grace)
 	on := f.onReport
 	f.mu.Unlock()
-	return events, func(epoch uint64) {
+	stopped := func(epoch uint64) {
 		if on != nil {
 			on(epoch)
 		}
@@ -75,7 +75,8 @@ func (f *fakeAgent) WatchRunner(ctx context.Context, grace time.Duration) (<-cha
 		default:
 			panic("fake agent: reports buffer full")
 		}
-	}, cancel, err
+	}
+	return rpc.RunnerSubscription{Events: events, Stopped: stopped, Cancel: cancel}, err
 }
 
 func (f *fakeAgent) Status(ctx context.Context) (rpc.Status, error) {

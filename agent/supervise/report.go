@@ -46,3 +46,40 @@ func (s *supervisor) sendStopped(epoch uint64) {
 	}
 	s.log.Debug("supervise: told the agent the command of the term is not running", "epoch", epoch)
 }
+
+// sendRunning registers the running command's process group with the
+// agent (rpc.Watcher.Running), so that the agent stops the group if Run
+// dies without stopping it (kill -9: the command itself gets SIGKILL from
+// its parent-death signal, its children do not) or does not report its
+// term stopped within the grace. A failure breaks the connection, as for
+// sendStopped.
+func (s *supervisor) sendRunning() {
+	if s.conn == nil || s.child == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.callTimeout())
+	defer cancel()
+	epoch, pgid := s.child.term.epoch, s.child.pid()
+	if err := s.conn.Running(ctx, epoch, pgid); err != nil {
+		s.log.Warn("supervise: cannot register the command's process group with the agent", "epoch", epoch, "pgid", pgid, "err", err)
+		return
+	}
+	s.registered = epoch
+}
+
+// reportFinal, as Run returns with no command running, reports every term
+// owed and the term of the registered group stopped: nothing of Run's will
+// start again, so the agent need neither wait for those terms nor stop the
+// group when the connection closes.
+func (s *supervisor) reportFinal() {
+	if s.conn == nil {
+		return
+	}
+	if s.registered != 0 {
+		s.owed[s.registered] = true
+	}
+	for epoch := range s.owed {
+		delete(s.owed, epoch)
+		s.sendStopped(epoch)
+	}
+}

@@ -59,8 +59,9 @@ type supervisor struct {
 	// conn is the current connection's runner watch (nil when down); owed
 	// are the terms its stream said this node leads that it has not
 	// reported stopped yet (report.go).
-	conn *rpc.Watcher
-	owed map[uint64]bool
+	conn       *rpc.Watcher
+	owed       map[uint64]bool
+	registered uint64 // the term of the group registered on conn; 0: none
 }
 
 // outcome ends Run when done is set.
@@ -78,7 +79,7 @@ func (s *supervisor) loop(ctx context.Context, news <-chan observation) (int, er
 		select {
 		case <-ctx.Done():
 			s.stopChild("tenure run is stopping")
-			s.reportStopped()
+			s.reportFinal()
 			return 0, nil
 		case ob := <-news:
 			s.apply(ob)
@@ -91,6 +92,7 @@ func (s *supervisor) loop(ctx context.Context, news <-chan observation) (int, er
 		}
 		if out.done {
 			s.stopChild("tenure run is stopping")
+			s.reportFinal()
 		}
 		s.reportStopped()
 		if out.done {
@@ -117,11 +119,12 @@ func (s *supervisor) apply(ob observation) {
 		s.view.applyEvent(ob.event)
 		s.noteTerm(ob.event)
 	case obsWatch:
-		s.conn, s.owed = ob.watch, map[uint64]bool{}
+		s.conn, s.owed, s.registered = ob.watch, map[uint64]bool{}, 0
+		s.sendRunning() // a command started before this connection
 	case obsDown:
 		s.view.disconnect()
 		// The agent forgot the registration: nothing is owed to it now.
-		s.conn, s.owed = nil, map[uint64]bool{}
+		s.conn, s.owed, s.registered = nil, map[uint64]bool{}, 0
 		level := slog.LevelDebug // said already
 		if !s.downLogged {
 			level, s.downLogged = slog.LevelWarn, true
@@ -206,6 +209,7 @@ func (s *supervisor) start(t term) outcome {
 	}
 	s.child = c
 	s.log.Info("supervise: started the command", "pid", c.pid(), "epoch", t.epoch, "leader", t.leader)
+	s.sendRunning()
 	return outcome{}
 }
 

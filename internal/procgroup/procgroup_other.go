@@ -27,3 +27,11 @@ func Stop(int, time.Duration, <-chan struct{}) bool { return true }
 
 // Kill does nothing.
 func Kill(int, time.Duration) {}
+
+// AttrDying returns nil: no process groups here.
+func AttrDying() *syscall.SysProcAttr { return nil }
+
+// Attribute fails: no process groups here.
+func Attribute(int, int, int) error {
+	return errors.New("procgroup: process groups need a Unix system")
+}

@@ -7,6 +7,7 @@ package procgroup
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
@@ -25,6 +26,15 @@ const Supported = true
 // Attr makes a command start in a process group of its own, whose ID
 // is its PID.
 func Attr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// AttrDying is Attr, and on Linux also has the kernel SIGKILL the command
+// when the thread that started it dies (Pdeathsig): see pdeathsig_linux.go
+// for why SIGKILL and how the caller must hold its thread.
+func AttrDying() *syscall.SysProcAttr {
+	a := Attr()
+	setPdeathsig(a)
+	return a
+}
 
 // Signal sends sig to every process in group pgid. A group that no
 // longer exists is not an error.
@@ -110,21 +120,63 @@ func procGroupRunning(pgid int) (running, ok bool) {
 
 // procStat reads a process's state and process group from /proc/PID/stat.
 func procStat(pid string) (state byte, pgid int, ok bool) {
+	st, ok := readStat(pid)
+	return st.state, st.pgid, ok
+}
+
+// stat is what tenure reads of /proc/PID/stat.
+type stat struct {
+	state      byte
+	ppid, pgid int
+}
+
+// readStat reads /proc/PID/stat.
+func readStat(pid string) (stat, bool) {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
 	// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return stat{}, false
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
+		return stat{}, false
 	}
-	pg, err := strconv.Atoi(string(f[2]))
-	return f[0][0], pg, err == nil
+	ppid, err1 := strconv.Atoi(string(f[1]))
+	pg, err2 := strconv.Atoi(string(f[2]))
+	return stat{state: f[0][0], ppid: ppid, pgid: pg}, err1 == nil && err2 == nil
+}
+
+// Attribute checks that process group pgid belongs to process parent of
+// user uid: its leader (the process whose PID is pgid) is alive, leads the
+// group, is a child of parent and runs as uid, and the group is not this
+// process's own. It needs /proc (Linux); elsewhere it fails, so a caller
+// never signals a group it could not attribute.
+func Attribute(pgid, parent, uid int) error {
+	if pgid <= 1 || pgid == syscall.Getpgrp() {
+		return fmt.Errorf("procgroup: group %d is not a group tenure may stop", pgid)
+	}
+	pid := strconv.Itoa(pgid)
+	st, ok := readStat(pid)
+	switch {
+	case !ok || st.state == 'Z' || st.state == 'X':
+		return fmt.Errorf("procgroup: group %d has no live leader", pgid)
+	case st.pgid != pgid:
+		return fmt.Errorf("procgroup: process %d does not lead a process group (its group is %d)", pgid, st.pgid)
+	case st.ppid != parent:
+		return fmt.Errorf("procgroup: the leader of group %d is a child of process %d, not of %d", pgid, st.ppid, parent)
+	}
+	fi, err := os.Stat("/proc/" + pid)
+	if err != nil {
+		return fmt.Errorf("procgroup: group %d: %w", pgid, err)
+	}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != uid {
+		return fmt.Errorf("procgroup: the leader of group %d does not run as uid %d", pgid, uid)
+	}
+	return nil
 }
 
 // Gone reports whether process pid has exited: it no longer exists, or it
