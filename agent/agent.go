@@ -122,12 +122,17 @@ func (a *Agent) start() error {
 		return err
 	}
 	server, err := rpc.Listen(rpc.ServerConfig{
-		Path:         a.cfg.SocketPath,
-		Mode:         a.cfg.SocketMode,
-		Group:        group,
-		Backend:      backend{a},
-		Logger:       a.log,
-		AgentVersion: a.cfg.Version,
+		Path:             a.cfg.SocketPath,
+		Mode:             a.cfg.SocketMode,
+		Group:            group,
+		Backend:          backend{a},
+		MaxConns:         a.cfg.SocketMaxConns,
+		MaxConnsPerPeer:  a.cfg.SocketMaxConnsPerPeer,
+		MaxUngreeted:     a.cfg.SocketMaxUngreeted,
+		IdleTimeout:      a.cfg.SocketIdleTimeout,
+		HandshakeTimeout: a.cfg.SocketHelloTimeout,
+		Logger:           a.log,
+		AgentVersion:     a.cfg.Version,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: local socket: %w", err)

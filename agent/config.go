@@ -68,6 +68,22 @@ type Config struct {
 	// and its directory, so its members can use tenure: give SocketMode
 	// 0660 with it.
 	SocketGroup string
+	// SocketMaxConns bounds the socket's connections at once; 0 means
+	// rpc.DefaultMaxConns (64).
+	SocketMaxConns int
+	// SocketMaxConnsPerPeer bounds the connections of one client process;
+	// 0 means a quarter of SocketMaxConns (16).
+	SocketMaxConnsPerPeer int
+	// SocketMaxUngreeted bounds the connections that have not said hello
+	// yet; 0 means a quarter of SocketMaxConns (16).
+	SocketMaxUngreeted int
+	// SocketIdleTimeout closes a connection that sends no request for this
+	// long (watches are exempt); 0 means rpc.DefaultIdleTimeout (60 s),
+	// negative means never.
+	SocketIdleTimeout time.Duration
+	// SocketHelloTimeout bounds the wait for a client's hello; 0 means
+	// rpc.DefaultHandshakeTimeout (2 s).
+	SocketHelloTimeout time.Duration
 	// DataDir holds the epoch and the gossip snapshot. Default: see
 	// DefaultDataDir.
 	DataDir string
@@ -204,6 +220,9 @@ func (c Config) Validate() error {
 	case LAN, Local:
 	default:
 		return fmt.Errorf("agent: config: timing profile %q: want lan or local", c.Profile)
+	}
+	if c.SocketMaxConns < 0 || c.SocketMaxConnsPerPeer < 0 || c.SocketMaxUngreeted < 0 || c.SocketHelloTimeout < 0 {
+		return errors.New("agent: config: the socket's connection limits and hello timeout may not be negative")
 	}
 	if c.SocketMode&^0o777 != 0 || (c.SocketMode != 0 && c.SocketMode&0o600 != 0o600) {
 		return fmt.Errorf("agent: config: --socket-mode %#o: want permission bits that keep the owner's read and write", c.SocketMode)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurehq/tenure/agent"
 	"github.com/tenurehq/tenure/agent/hooks"
+	"github.com/tenurehq/tenure/rpc"
 )
 
 // shutdownTimeout bounds the goodbyes (resign, leave) of a stopping agent.
@@ -39,6 +40,11 @@ func agentCommand() *cli.Command {
 			socketFlag(),
 			&cli.StringFlag{Name: "socket-mode", Value: "0600", Usage: "permission bits of the socket, octal", EnvVars: env("socket-mode")},
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
+			&cli.IntFlag{Name: "socket-max-conns", Value: rpc.DefaultMaxConns, Usage: "connections the socket serves at once", EnvVars: env("socket-max-conns")},
+			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-conns-per-peer")},
+			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-ungreeted")},
+			&cli.DurationFlag{Name: "socket-idle-timeout", Value: rpc.DefaultIdleTimeout, Usage: "close a socket connection that sends no request for this long (watches exempt; 0: never)", EnvVars: env("socket-idle-timeout")},
+			&cli.DurationFlag{Name: "socket-hello-timeout", Value: rpc.DefaultHandshakeTimeout, Usage: "close a socket connection that has not said hello within this time", EnvVars: env("socket-hello-timeout")},
 			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default DATA-DIR/keyring, created with --encrypt); once it exists it is always used, and --encrypt must be one of its keys", EnvVars: env("keyring-file")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.BoolFlag{Name: "insecure-no-encryption", Usage: "allow running without a cluster key on addresses other than loopback: anyone who can reach the ports can join, vote and claim leadership", EnvVars: env("insecure-no-encryption")},
@@ -91,6 +97,18 @@ func runAgent(c *cli.Context) error {
 	return nil
 }
 
+// socketLimits sets the local socket's connection limits from the flags.
+func socketLimits(c *cli.Context, cfg *agent.Config) {
+	cfg.SocketMaxConns = c.Int("socket-max-conns")
+	cfg.SocketMaxConnsPerPeer = c.Int("socket-max-conns-per-peer")
+	cfg.SocketMaxUngreeted = c.Int("socket-max-ungreeted")
+	cfg.SocketHelloTimeout = c.Duration("socket-hello-timeout")
+	cfg.SocketIdleTimeout = c.Duration("socket-idle-timeout")
+	if cfg.SocketIdleTimeout == 0 {
+		cfg.SocketIdleTimeout = -1 // the flag's 0 is "never"
+	}
+}
+
 func agentConfig(c *cli.Context) (agent.Config, error) {
 	logger, err := newLogger(c.String("log-level"), c.Bool("log-json"))
 	if err != nil {
@@ -110,6 +128,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	}
 	cfg.SocketMode = os.FileMode(mode)
 	cfg.SocketGroup = c.String("socket-group")
+	socketLimits(c, &cfg)
 	cfg.DataDir = c.String("data-dir")
 	cfg.Consistency = agent.Consistency(c.String("consistency"))
 	cfg.LeaseTTL = c.Duration("lease-ttl")
