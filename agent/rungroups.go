@@ -141,3 +141,15 @@ func (a *Agent) enforceStop(epoch uint64, rs []*runnerConn) {
 		}()
 	}
 }
+
+// hasGroup reports whether a runner has group pgid registered.
+func (s *runnerSet) hasGroup(pgid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.all {
+		if r.pgid == pgid {
+			return true
+		}
+	}
+	return false
+}
