@@ -256,6 +256,7 @@ func (a *Agent) startGossip() error {
 	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, snapshotFile)
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()
+	gc.MaxMembers = a.cfg.MaxMembers
 	gc.Logger = a.cfg.Logger // gossip adds the node name itself
 	gc.EncryptKey = a.cfg.EncryptKey
 	gc.KeyringFile = a.cfg.KeyringFile

@@ -43,6 +43,9 @@ const (
 	Local Profile = "local"
 )
 
+// DefaultMaxMembers is the default Config.MaxMembers.
+const DefaultMaxMembers = gossip.DefaultMaxMembers
+
 // Config is an agent's configuration. Start copies it and never writes it back.
 type Config struct {
 	// Name is this node's unique name in the cluster. Default: the hostname.
@@ -68,6 +71,11 @@ type Config struct {
 	// and its directory, so its members can use tenure: give SocketMode
 	// 0660 with it.
 	SocketGroup string
+	// MaxMembers is the largest cluster (members, counting those that failed
+	// or left recently) this agent's gossip accepts: push-pulls listing more
+	// are refused before they are decoded. 0 means DefaultMaxMembers
+	// (DefaultMaxMembers). Give every agent the same value.
+	MaxMembers int
 	// SocketMaxConns bounds the socket's connections at once; 0 means
 	// rpc.DefaultMaxConns (64).
 	SocketMaxConns int
@@ -220,6 +228,9 @@ func (c Config) Validate() error {
 	case LAN, Local:
 	default:
 		return fmt.Errorf("agent: config: timing profile %q: want lan or local", c.Profile)
+	}
+	if c.MaxMembers < 0 {
+		return errors.New("agent: config: --max-members may not be negative")
 	}
 	if c.SocketMaxConns < 0 || c.SocketMaxConnsPerPeer < 0 || c.SocketMaxUngreeted < 0 || c.SocketHelloTimeout < 0 {
 		return errors.New("agent: config: the socket's connection limits and hello timeout may not be negative")

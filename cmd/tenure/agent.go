@@ -40,6 +40,7 @@ func agentCommand() *cli.Command {
 			socketFlag(),
 			&cli.StringFlag{Name: "socket-mode", Value: "0600", Usage: "permission bits of the socket, octal", EnvVars: env("socket-mode")},
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
+			&cli.IntFlag{Name: "max-members", Value: agent.DefaultMaxMembers, Usage: "largest cluster this agent's gossip accepts, counting members that failed or left recently; give every agent the same value", EnvVars: env("max-members")},
 			&cli.IntFlag{Name: "socket-max-conns", Value: rpc.DefaultMaxConns, Usage: "connections the socket serves at once", EnvVars: env("socket-max-conns")},
 			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-conns-per-peer")},
 			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-ungreeted")},
@@ -99,6 +100,7 @@ func runAgent(c *cli.Context) error {
 
 // socketLimits sets the local socket's connection limits from the flags.
 func socketLimits(c *cli.Context, cfg *agent.Config) {
+	cfg.MaxMembers = c.Int("max-members")
 	cfg.SocketMaxConns = c.Int("socket-max-conns")
 	cfg.SocketMaxConnsPerPeer = c.Int("socket-max-conns-per-peer")
 	cfg.SocketMaxUngreeted = c.Int("socket-max-ungreeted")
