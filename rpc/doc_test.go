@@ -34,11 +34,12 @@ func TestProtocolDocExample(t *testing.T) {
 }
 
 // TestProtocolDocRunnerExample sends the runner's frames of section 6.8 of
-// docs/PROTOCOL.md, byte for byte, and checks what the server made of them.
+// docs/PROTOCOL.md (registration, stopped, running), byte for byte, in the
+// order the document shows them, and checks what the server made of them.
 func TestProtocolDocRunnerExample(t *testing.T) {
 	blocks := docHexBlocks(t, "../docs/PROTOCOL.md", "#### Example: a runner", "## 7.")
-	if len(blocks) != 2 {
-		t.Fatalf("found %d hex blocks in the runner example, want 2", len(blocks))
+	if len(blocks) != 3 {
+		t.Fatalf("found %d hex blocks in the runner example, want 3", len(blocks))
 	}
 	fb := newFakeBackend()
 	r := dialRaw(t, startServer(t, fb, nil).Path())
@@ -56,6 +57,10 @@ func TestProtocolDocRunnerExample(t *testing.T) {
 	r.sendBytes(blocks[1])
 	if got := recv(t, runner.stopped, "the stopped report"); got != 7 {
 		t.Fatalf("stopped report for epoch %d, want 7", got)
+	}
+	r.sendBytes(blocks[2])
+	if got := recv(t, runner.running, "the running report"); got != [2]uint64{7, 4242} {
+		t.Fatalf("running report %v, want epoch 7 and group 4242", got)
 	}
 }
 
