@@ -75,6 +75,8 @@ func TestLyingPushPullHeaderIsRefused(t *testing.T) {
 	if allocated > 16<<20 {
 		t.Fatalf("16 lying headers allocated %d MiB", allocated>>20)
 	}
+	// The refusal is counted just after the connection is closed.
+	waitFor(t, 2*time.Second, "16 refused streams", func() bool { return nd.net.streams.refused.Total() >= 16 })
 	if got := nd.net.streams.refused.Total(); got != 16 {
 		t.Errorf("%d streams refused, want 16", got)
 	}
