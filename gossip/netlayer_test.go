@@ -193,10 +193,12 @@ func TestClusterTrafficPassesTheScreens(t *testing.T) {
 	for _, key := range [][]byte{nil, []byte("0123456789abcdef0123456789abcdef")} {
 		nodes := startCluster(t, 3, func(_ int, c *Config) { c.EncryptKey = key })
 		first := nodes[0].net.streams
-		waitFor(t, 10*time.Second, "a few push-pulls", func() bool {
+		// The two joins are push-pulls to nodes[0]; periodic ones go to a
+		// random member, so they may or may not reach it.
+		waitFor(t, 10*time.Second, "the joins' push-pulls", func() bool {
 			first.mu.Lock()
 			defer first.mu.Unlock()
-			return first.passed >= 3
+			return first.passed >= 2
 		})
 		for _, nd := range nodes {
 			if s, p := nd.net.streams.refused.Total(), nd.net.packetsRefused.Total(); s+p > 0 {
