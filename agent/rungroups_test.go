@@ -280,3 +280,52 @@ func foreignGroup(t *testing.T) int {
 	}
 	return pid
 }
+
+// TestTermEndStopsGroupOfSilentRunner: a runner registers its command's
+// process group for the term, then says nothing when the term ends (a hung
+// `tenure run`). The agent stops the group itself once the runner's grace
+// and a margin have passed, SIGKILL included for a command that ignores
+// SIGTERM, while the runner's connection stays open.
+func TestTermEndStopsGroupOfSilentRunner(t *testing.T) {
+	c, a, _ := startRecorded(t)
+	epoch := c.waitLeader("n1", 10*time.Second)
+	cmd := exec.Command("/bin/sh", "-c", `trap "" TERM; sleep 30`)
+	cmd.SysProcAttr = procgroup.Attr()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, a.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w, err := cl.WatchAsRunner(ctx, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Running(ctx, epoch, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if !a.runners.hasGroup(cmd.Process.Pid) {
+			return fmt.Errorf("group not registered")
+		}
+		return nil
+	})
+	resigned := time.Now()
+	if err := cl.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if procgroup.Running(cmd.Process.Pid) {
+			return fmt.Errorf("the silent runner's group still runs")
+		}
+		return nil
+	})
+	t.Logf("group gone %v after the resign (grace 300ms)", time.Since(resigned).Round(time.Millisecond))
+}
