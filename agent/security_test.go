@@ -137,8 +137,10 @@ func TestKeyRotationWithoutDowntime(t *testing.T) {
 		t.Fatalf("keys after rotation: %+v, %v; want only the new key on 3 members", info, err)
 	}
 	eventually(t, 5*time.Second, func() error { // peers follow the keyring
-		if p, _ := c.agents["n3"].peerTLS.Keys(); string(p) != string(newKeyB) {
-			return fmt.Errorf("n3's peer transport still presents the old key")
+		for _, name := range []string{"n1", "n2", "n3"} {
+			if p, _ := c.agents[name].peerTLS.Keys(); string(p) != string(newKeyB) {
+				return fmt.Errorf("%s's peer transport still presents the old key", name)
+			}
 		}
 		return nil
 	})
