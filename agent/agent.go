@@ -43,6 +43,7 @@ type Agent struct {
 	inbox      chan func()
 	core       *core
 	advertised leasing.Roster // the roster this node's gossip tags advertise
+	host       string         // the host other agents reach this one at
 	stopping   *stopWait      // an ended term's release waiting for local work
 	runners    *runnerSet     // registered over the socket
 
@@ -101,6 +102,11 @@ func Start(cfg Config) (*Agent, error) {
 }
 
 func (a *Agent) start() error {
+	host, err := a.cfg.advertiseHost(interfaceIPs)
+	if err != nil {
+		return err
+	}
+	a.host = host
 	if err := a.openDataDir(); err != nil {
 		return err
 	}
@@ -248,7 +254,7 @@ func (a *Agent) startGossip() error {
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.ID = a.cfg.Name, a.cfg.ID
 	gc.BindAddr = a.cfg.BindAddr
-	gc.AdvertiseAddr = a.cfg.AdvertiseAddr
+	gc.AdvertiseAddr = a.gossipAdvertise()
 	gc.PeerAddr = a.advertisedPeerAddr()
 	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
 	gc.Tags = a.gossipTags(a.rosters.Roster())
@@ -292,18 +298,24 @@ func (a *Agent) followKeyring() error {
 }
 
 // advertisedPeerAddr is the peer address other agents should dial: the
-// advertise host (or the gossip bind host) with the peer port.
+// advertised host with the peer port.
 func (a *Agent) advertisedPeerAddr() string {
-	host, port, _ := net.SplitHostPort(a.peers.Addr())
-	if adv := a.cfg.AdvertiseAddr; adv != "" {
-		if h, _, err := net.SplitHostPort(adv); err == nil {
-			adv = h
-		}
-		host = adv
-	} else if h, _, err := net.SplitHostPort(a.cfg.BindAddr); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() {
-		host = h
+	_, port, _ := net.SplitHostPort(a.peers.Addr())
+	return net.JoinHostPort(a.host, port)
+}
+
+// gossipAdvertise is what gossip advertises: --advertise as given; when
+// the gossip bind host is unspecified (0.0.0.0, ::), the derived host (with
+// the bind port); otherwise nothing, and gossip advertises its bind
+// address.
+func (a *Agent) gossipAdvertise() string {
+	if a.cfg.AdvertiseAddr != "" {
+		return a.cfg.AdvertiseAddr
 	}
-	return net.JoinHostPort(host, port)
+	if h, _, err := net.SplitHostPort(a.cfg.BindAddr); err == nil && (h == "" || net.ParseIP(h).IsUnspecified()) {
+		return a.host
+	}
+	return ""
 }
 
 func (a *Agent) self() bully.Node { return bully.Node{ID: a.cfg.ID, Name: a.cfg.Name} }
