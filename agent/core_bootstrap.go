@@ -22,6 +22,7 @@ type bootstrap struct {
 	roster leasing.Roster  // the pledged roster being collected; zero when none
 	acks   map[string]bool // members that pledged it
 	next   time.Time       // next round of pledge requests
+	since  time.Time       // when collecting began
 	warned string          // the conflict last reported, so it is said once
 }
 
@@ -89,7 +90,7 @@ func (c *core) maybeBootstrap(now time.Time) {
 		want = pledged
 	}
 	if c.boot.roster.ClusterID != want.ClusterID {
-		c.boot = bootstrap{roster: want, acks: map[string]bool{c.cfg.Self.Name: true}, warned: c.boot.warned}
+		c.boot = bootstrap{roster: want, acks: map[string]bool{c.cfg.Self.Name: true}, since: now, warned: c.boot.warned}
 		c.completeBootstrap() // a set of one
 	}
 	c.askPledges(now)
@@ -104,12 +105,22 @@ func (c *core) askPledges(now time.Time) {
 	}
 	b.next = now.Add(rosterFetchInterval)
 	r := b.roster
+	var silent []string
 	for _, v := range r.Voters {
 		if !b.acks[v.Name] {
+			silent = append(silent, v.Name)
 			c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Pledge: &r}})
 		}
 	}
+	if now.Sub(b.since) >= pledgeSilence && len(silent) > 0 {
+		c.warnBootstrap(fmt.Sprintf("no answer over the peer transport from %v to pledge %s: check that their peer ports (--peer-bind, advertised in gossip) are reachable from here",
+			silent, r))
+	}
 }
+
+// pledgeSilence is how long pledges may go unanswered before the bootstrap
+// reports who is silent.
+const pledgeSilence = 5 * rosterFetchInterval
 
 // onPledge answers a pledge request for roster r: yes when this fresh
 // voter is pledged to r, or pledges to it now because its own view shows

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,5 +277,23 @@ func TestLoweredEpochFileIsRaised(t *testing.T) {
 	if n.epochs.epoch < granted || n.c.m.Status().Epoch < granted {
 		t.Fatalf("after losing its epoch file n1 starts at %d (stored %d), below its grant %d",
 			n.c.m.Status().Epoch, n.epochs.epoch, granted)
+	}
+}
+
+// TestSilentPledgeIsReported: when a member of the set never answers the
+// pledge requests (its peer port is unreachable, though gossip lists it),
+// the bootstrap cannot complete, and a node says who is silent.
+func TestSilentPledgeIsReported(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.makeNodes(3, 3)
+	for _, x := range []string{"n1", "n2"} {
+		s.cutPeers("n3", x, false)
+	}
+	s.bootTogether(3, "n1", "n2", "n3")
+	s.run(10 * time.Second)
+	s.checkOneCluster()
+	w := s.nodes["n1"].c.boot.warned
+	if !strings.Contains(w, "[n3]") || !strings.Contains(w, "peer") {
+		t.Fatalf("n1 reported %q, want n3 named as silent", w)
 	}
 }
