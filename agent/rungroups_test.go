@@ -209,24 +209,10 @@ func readPIDs(t *testing.T, path string) (child, grandchild int) {
 func TestAgentRefusesForeignGroup(t *testing.T) {
 	_, a, rec := startRecorded(t)
 	foreign := foreignGroup(t)
-	own := exec.Command("sleep", "30")
-	own.SysProcAttr = procgroup.Attr()
-	if err := own.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = own.Wait() }()
-	t.Cleanup(func() { _ = procgroup.Signal(own.Process.Pid, syscall.SIGKILL) })
+	own := childGroup(t, "sleep 30")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := rpc.Dial(ctx, a.SocketPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	w, err := cl.WatchAsRunner(ctx, 300*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, w := runnerWatch(ctx, t, a)
 	for _, pg := range []int{foreign, own.Process.Pid} {
 		if err := w.Running(ctx, 1, pg); err != nil {
 			t.Fatalf("running %d: %v", pg, err)
@@ -289,24 +275,10 @@ func foreignGroup(t *testing.T) int {
 func TestTermEndStopsGroupOfSilentRunner(t *testing.T) {
 	c, a, _ := startRecorded(t)
 	epoch := c.waitLeader("n1", 10*time.Second)
-	cmd := exec.Command("/bin/sh", "-c", `trap "" TERM; sleep 30`)
-	cmd.SysProcAttr = procgroup.Attr()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait() }()
-	t.Cleanup(func() { _ = procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) })
+	cmd := childGroup(t, `trap "" TERM; sleep 30`)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := rpc.Dial(ctx, a.SocketPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	w, err := cl.WatchAsRunner(ctx, 300*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, w := runnerWatch(ctx, t, a)
 	defer w.Close()
 	if err := w.Running(ctx, epoch, cmd.Process.Pid); err != nil {
 		t.Fatal(err)
@@ -328,4 +300,34 @@ func TestTermEndStopsGroupOfSilentRunner(t *testing.T) {
 		return nil
 	})
 	t.Logf("group gone %v after the resign (grace 300ms)", time.Since(resigned).Round(time.Millisecond))
+}
+
+// childGroup starts script with /bin/sh as this process's child, leading a
+// process group of its own, killed when the test ends.
+func childGroup(t *testing.T, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = procgroup.Attr()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) })
+	return cmd
+}
+
+// runnerWatch connects to a's socket and registers as a runner with a
+// 300 ms grace; the client is closed when the test ends.
+func runnerWatch(ctx context.Context, t *testing.T, a *Agent) (*rpc.Client, *rpc.Watcher) {
+	t.Helper()
+	cl, err := rpc.Dial(ctx, a.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	w, err := cl.WatchAsRunner(ctx, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, w
 }
