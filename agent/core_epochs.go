@@ -1,10 +1,6 @@
 package agent
 
-import (
-	"time"
-
-	"github.com/tenurehq/tenure/bully"
-)
+import "time"
 
 // jumpReport rate-limits the reports of refused epoch jumps.
 type jumpReport struct {
@@ -22,11 +18,7 @@ const jumpReportInterval = 30 * time.Second
 // has seen or granted.
 func (c *core) epochJumps(epoch uint64) bool {
 	base := max(c.epochs.Epoch(), c.granted.Epoch())
-	limit := c.cfg.Election.MaxEpochJump
-	if limit == 0 {
-		limit = bully.DefaultMaxEpochJump
-	}
-	return epoch > base && epoch-base > limit
+	return epoch > base && epoch-base > c.cfg.Election.EpochJump()
 }
 
 // reportJump logs a refused epoch jump at ERROR, at most once per

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -98,7 +99,7 @@ func (c *core) extend(rd *leasing.Round) {
 func (c *core) checkLease(now time.Time) {
 	c.evaluate(now)
 	if c.stopping != nil && !now.Before(c.stopping.deadline) {
-		c.stopping = nil // the promises run out by themselves now
+		c.giveUpStop() // the promises run out by themselves now
 	}
 	if !c.quorumMode() || c.lease.epoch == 0 || !c.leading() {
 		return
@@ -127,7 +128,9 @@ func (c *core) release(now time.Time, epoch uint64) {
 	if c.lease.epoch == epoch {
 		deferred = c.quorumMode() && c.lease.acting && now.Before(c.lease.deadline)
 		if deferred {
-			c.stopping = &pendingStop{epoch: epoch, roster: c.lease.roster, deadline: c.lease.deadline}
+			c.giveUpStop()
+			c.stopping = &pendingStop{epoch: epoch, roster: c.lease.roster, deadline: c.lease.deadline,
+				held: c.holdResign(epoch)}
 		}
 		c.lease.epoch, c.lease.acting = 0, false
 		c.lease.deadline = time.Time{}
@@ -141,11 +144,38 @@ func (c *core) release(now time.Time, epoch uint64) {
 }
 
 // pendingStop is a term this node stopped leading whose release waits for
-// the local work of the term (tenure run children, hooks) to stop.
+// the local work of the term (tenure run children, hooks) to stop. The
+// term's RESIGN waits with it: sent at once, it made the next leader
+// campaign against voters still promising this node, be refused, and
+// retry about a second later.
 type pendingStop struct {
 	epoch    uint64
 	roster   leasing.Roster
 	deadline time.Time // the term's lease deadline: no release is needed after it
+	held     []outMsg  // the term's RESIGN messages
+}
+
+// holdResign takes the RESIGN messages of term epoch out of those queued.
+func (c *core) holdResign(epoch uint64) []outMsg {
+	var held []outMsg
+	c.out = slices.DeleteFunc(c.out, func(m outMsg) bool {
+		b := m.env.Bully
+		if b == nil || b.Type != bully.MsgResign || b.Term != epoch {
+			return false
+		}
+		held = append(held, m)
+		return true
+	})
+	return held
+}
+
+// giveUpStop drops the pending stop without a release (its deadline
+// passed, or a later term ended): its RESIGN goes out alone.
+func (c *core) giveUpStop() {
+	if p := c.stopping; p != nil {
+		c.out = append(c.out, p.held...)
+		c.stopping = nil
+	}
 }
 
 // stopPending returns the epoch of a term whose release waits for stopped.
@@ -157,7 +187,8 @@ func (c *core) stopPending() (uint64, bool) {
 }
 
 // stopped reports that the local work of term epoch has stopped: the
-// release goes out now. A report for another term is ignored.
+// release goes out now, with the term's RESIGN. A report for another term
+// is ignored.
 func (c *core) stopped(now time.Time, epoch uint64) {
 	p := c.stopping
 	if p == nil || p.epoch != epoch {
@@ -165,6 +196,7 @@ func (c *core) stopped(now time.Time, epoch uint64) {
 	}
 	c.stopping = nil
 	c.sendRelease(now, epoch, p.roster)
+	c.out = append(c.out, p.held...)
 }
 
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {

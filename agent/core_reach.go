@@ -57,11 +57,7 @@ func (c *core) wantsProbe() bool {
 func (c *core) startProbe(now time.Time) {
 	c.reach.sent, c.reach.replied = now, map[string]bool{}
 	c.reach.next = now.Add(c.cfg.Election.AnnounceInterval)
-	for _, v := range c.roster().Members() {
-		if n := toBully(v); n != c.cfg.Self {
-			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})
-		}
-	}
+	c.askFloors()
 }
 
 // concludeProbe counts the voters that answered against the roster's

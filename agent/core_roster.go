@@ -79,6 +79,12 @@ func (c *core) queryFloors(now time.Time) {
 		return
 	}
 	c.queryAt = now.Add(rosterFetchInterval)
+	c.askFloors()
+}
+
+// askFloors sends a FloorQuery to every other voter of the roster. Its
+// answers serve both the amnesiac's floor and the reach probe.
+func (c *core) askFloors() {
 	for _, v := range c.roster().Members() {
 		if n := toBully(v); n != c.cfg.Self {
 			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})

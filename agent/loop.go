@@ -114,8 +114,8 @@ func (a *Agent) flush() *sync.WaitGroup {
 	now := a.cfg.Clock.Now()
 	deadline := a.publishedDeadline()
 	a.publishStatus(now)
-	held := a.settleStop(now, deadline)
-	for _, msg := range append(a.holdResign(a.core.ready()), held...) {
+	a.settleStop(now, deadline)
+	for _, msg := range a.core.ready() {
 		a.send(msg, &sent)
 	}
 	a.advertiseCluster()

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -19,13 +18,13 @@ import (
 //     term has reported it stopped or left, and the leadership hook runs
 //     queued so far are done (a stopWait);
 //  3. the core releases the lease (core.stopped) and the term's RESIGN,
-//     held back meanwhile, goes out with it, so the next leader starts at
-//     once, on voters that no longer promise this node.
+//     which the core held back meanwhile, goes out with it, so the next
+//     leader starts at once, on voters that no longer promise this node.
 //
 // Step 2 is bounded by the lease deadline: work that has not confirmed by
 // then gets no release at all (the voters' promises run out by themselves),
-// and the RESIGN goes out alone. With nothing to wait for, step 3 follows in
-// the same flush.
+// and the core sends the RESIGN alone. With nothing to wait for, step 3
+// follows in the same flush.
 
 // stopWait is step 2 for one term. Only the driver touches its fields,
 // except done and sent, which a waiter reads once done is closed.
@@ -33,8 +32,7 @@ type stopWait struct {
 	epoch    uint64
 	deadline time.Time // the lease deadline last published for the term
 	started  time.Time
-	held     []outMsg // the term's RESIGN messages
-	finished bool     // the wait is over: released, or given up
+	finished bool // the wait is over: released, or given up
 	cancel   context.CancelFunc
 	done     chan struct{}   // closed when finished or dropped
 	sent     *sync.WaitGroup // what went out when it finished; nil if dropped
@@ -46,24 +44,15 @@ var leaderHookEvents = []string{rpc.EventBecameLeader, rpc.EventLostLeadership}
 // settleStop runs step 2 for the term whose release the core holds, if
 // any, after the status has been published: it releases at once when no
 // local work is told of the term, and otherwise starts a stopWait. It ends
-// a stopWait the core no longer holds a release for, and returns the
-// messages a stopWait held that may go now.
-func (a *Agent) settleStop(now, deadline time.Time) []outMsg {
+// a stopWait the core no longer holds a release for.
+func (a *Agent) settleStop(now, deadline time.Time) {
 	epoch, pending := a.core.stopPending()
-	var out []outMsg
-	if w := a.stopping; w != nil {
-		switch {
-		case !pending || w.epoch != epoch:
-			out, w.held = w.held, nil
-			a.dropStop(w)
-		case w.finished: // given up; the core drops the release at its deadline
-			out, w.held = w.held, nil
-		}
+	if w := a.stopping; w != nil && (!pending || w.epoch != epoch) {
+		a.dropStop(w)
 	}
 	if pending && a.stopping == nil {
 		a.startStop(now, deadline, epoch)
 	}
-	return out
 }
 
 // startStop releases epoch at once when nothing local was told of it, and
@@ -108,9 +97,9 @@ func (a *Agent) awaitStop(ctx context.Context, w *stopWait, runners []*runnerCon
 	_ = a.do(a.ctx, func() { a.finishStop(w, err) })
 }
 
-// finishStop ends w's wait on the driver: the release goes out if the
-// local work stopped before the lease deadline; the held RESIGN goes out
-// either way.
+// finishStop ends w's wait on the driver: the release (and the RESIGN the
+// core held) goes out if the local work stopped before the lease deadline;
+// otherwise the core sends the RESIGN alone at the deadline.
 func (a *Agent) finishStop(w *stopWait, err error) {
 	if a.stopping != w || w.finished {
 		return
@@ -143,24 +132,6 @@ func (a *Agent) dropStop(w *stopWait) {
 		a.warnNoRelease(w, a.cfg.Clock.Now(), errors.New("agent: the core gave the release up"))
 		close(w.done)
 	}
-}
-
-// holdResign takes the RESIGN of a term whose stopWait still waits out of
-// msgs: the next leader should campaign once the voters are free.
-func (a *Agent) holdResign(msgs []outMsg) []outMsg {
-	w := a.stopping
-	if w == nil || w.finished {
-		return msgs
-	}
-	out := msgs[:0:0]
-	for _, m := range msgs {
-		if b := m.env.Bully; b != nil && b.Type == bully.MsgResign && b.Term == w.epoch {
-			w.held = append(w.held, m)
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // waitStop waits, bounded by ctx, until w has finished and what it sent

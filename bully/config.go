@@ -66,6 +66,14 @@ type Config struct {
 // lease attempts.
 const DefaultMaxEpochJump = 1 << 20
 
+// EpochJump is MaxEpochJump, or DefaultMaxEpochJump when it is zero.
+func (c Config) EpochJump() uint64 {
+	if c.MaxEpochJump == 0 {
+		return DefaultMaxEpochJump
+	}
+	return c.MaxEpochJump
+}
+
 // DefaultConfig returns the LAN timing defaults with Preempt on.
 func DefaultConfig() Config {
 	return Config{

@@ -208,20 +208,13 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 // jumps reports (and records, for Ready) an epoch e from n that is more
 // than MaxEpochJump above the highest this node has seen.
 func (m *Machine) jumps(n Node, e uint64) bool {
-	if e <= m.epoch || e-m.epoch <= m.maxJump() {
+	if e <= m.epoch || e-m.epoch <= m.cfg.EpochJump() {
 		return false
 	}
 	if e > m.ready.RefusedEpoch {
 		m.ready.RefusedEpoch, m.ready.RefusedFrom = e, n
 	}
 	return true
-}
-
-func (m *Machine) maxJump() uint64 {
-	if m.cfg.MaxEpochJump == 0 {
-		return DefaultMaxEpochJump
-	}
-	return m.cfg.MaxEpochJump
 }
 
 // heardFrom takes a silent node back into elections: its stabilisation
