@@ -172,13 +172,22 @@ func (a *Agent) startCore() error {
 	ec := a.cfg.electionConfig()
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	cc := coreConfig{
-		Self:        a.self(),
-		Eligible:    a.cfg.Eligible,
-		Voter:       a.cfg.Voter,
-		Consistency: a.cfg.Consistency,
-		Lease:       a.cfg.leaseTiming(),
-		Expect:      a.cfg.Expect,
-		Election:    ec,
+		Self:         a.self(),
+		Eligible:     a.cfg.Eligible,
+		Voter:        a.cfg.Voter,
+		Consistency:  a.cfg.Consistency,
+		Lease:        a.cfg.leaseTiming(),
+		Expect:       a.cfg.Expect,
+		Election:     ec,
+		Voters:       a.cfg.Voters,
+		Zone:         a.cfg.Zone,
+		PromoteAfter: a.cfg.PromoteAfter,
+	}
+	switch d := a.cfg.DeadVoterTimeout; {
+	case d == 0:
+		cc.DeadVoterTimeout = DefaultDeadVoterTimeout
+	case d > 0:
+		cc.DeadVoterTimeout = d
 	}
 	st := coreStores{epochs: a.epochs, grants: a.grants, rosters: a.rosters, pledges: a.pledges}
 	c, err := newCore(cc, st, a.log, a.cfg.Clock.Now())
@@ -333,13 +342,16 @@ func (a *Agent) GossipAddr() string { return a.members.LocalMember().Addr }
 func (a *Agent) SocketPath() string { return a.cfg.SocketPath }
 
 // Shutdown stops the agent gracefully: a leader resigns (and tells the
-// others, so they take over without waiting), the node leaves the gossip
-// cluster, and the socket is closed and removed. ctx bounds the goodbyes;
+// others, so they take over without waiting), a voter asks the leader to
+// take it out of the roster (so the roster never counts on a voter that
+// left), the node leaves the gossip cluster, and the socket is closed and
+// removed. ctx bounds the goodbyes;
 // the stop itself always completes.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
 	if a.members != nil {
 		a.resignForShutdown(ctx)
+		a.leaveRoster(ctx)
 		// Stop the driver before leaving: nothing may touch gossip (such as
 		// re-advertising tags) once it has left.
 		a.cancel()

@@ -111,8 +111,23 @@ type Config struct {
 	Preempt bool
 	// Eligible nodes may lead. Default true.
 	Eligible bool
-	// Voter nodes grant leases in quorum mode. Default true.
+	// Voter nodes may grant leases in quorum mode: the leader promotes
+	// them to fill the voter set. Default true.
 	Voter bool
+	// Voters is how many voters the leader keeps in the roster (odd where
+	// it can; the others are observers). 0: the bootstrap's --expect, as
+	// recorded in the roster, or 5. Give every node the same value.
+	Voters int
+	// Zone names this node's failure domain (a rack, an availability
+	// zone): the leader spreads the voters over zones. Empty: none.
+	Zone string
+	// DeadVoterTimeout is how long gossip must report a voter failed
+	// before the leader replaces it (or drops it from the set). Default
+	// DefaultDeadVoterTimeout; negative: never.
+	DeadVoterTimeout time.Duration
+	// PromoteAfter is how long gossip must show a node alive before the
+	// leader promotes it to voter. Default three lease TTLs.
+	PromoteAfter time.Duration
 	// Profile selects Gossip and Election timings when they are left zero.
 	// Default LAN.
 	Profile Profile
@@ -172,6 +187,12 @@ func DefaultConfig() Config {
 	}
 }
 
+// DefaultDeadVoterTimeout is how long a voter may be failed before the
+// leader replaces it: long enough for a reboot or a short network outage,
+// short enough that a lost host does not leave the cluster one failure
+// from losing its quorum for long.
+const DefaultDeadVoterTimeout = 3 * time.Minute
+
 // DefaultDataDir is /var/lib/tenure for root, else $XDG_STATE_HOME/tenure
 // or ~/.local/state/tenure.
 func DefaultDataDir() string {
@@ -220,6 +241,15 @@ func (c Config) Validate() error {
 	if c.Expect < 0 {
 		return fmt.Errorf("agent: config: --expect %d is negative", c.Expect)
 	}
+	if c.Voters < 0 || c.Voters > leasing.MaxSeats {
+		return fmt.Errorf("agent: config: --voters %d: want 1 to %d (0 for the default)", c.Voters, leasing.MaxSeats)
+	}
+	if err := validZone(c.Zone); err != nil {
+		return fmt.Errorf("agent: config: --zone %q: %w", c.Zone, err)
+	}
+	if c.PromoteAfter < 0 {
+		return fmt.Errorf("agent: config: promote-after %v is negative", c.PromoteAfter)
+	}
 	if e := c.electionConfig(); c.Consistency == Quorum && e.CoordinatorTimeout <= c.leaseTiming().AcquireBudget {
 		return fmt.Errorf("agent: config: the election's coordinator timeout (%v) must exceed the lease acquire budget (%v)",
 			e.CoordinatorTimeout, c.leaseTiming().AcquireBudget)
@@ -252,6 +282,19 @@ func (c Config) Validate() error {
 	}
 	if c.TickInterval < 0 {
 		return fmt.Errorf("agent: config: tick interval %v is negative", c.TickInterval)
+	}
+	return nil
+}
+
+// validZone accepts up to 64 letters, digits and . _ - (a gossip tag).
+func validZone(z string) error {
+	if len(z) > 64 {
+		return errors.New("longer than 64 characters")
+	}
+	for _, r := range z {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("character %q: want letters, digits, '.', '_' and '-'", r)
+		}
 	}
 	return nil
 }

@@ -56,14 +56,15 @@ type core struct {
 	// committedJoint is the joint roster this leader saw stored on a
 	// majority of both its sets: only then may it propose the final one.
 	committedJoint leasing.Roster
-	changeRetry    time.Time       // no new step before
-	pushAt         time.Time       // next push of the roster to lagging members
-	left           map[string]bool // members gossip reports as having left
-	forced         map[string]bool // voters force-left by an operator
-	quorum         leasing.Quorum  // as of the last round
-	noQuorum       string          // why the last acquire failed, "" when it did not
-	fetchAt        time.Time       // next roster fetch, for a node without a roster
-	fetches        int             // roster fetches sent: picks whom to ask next
+	changeRetry    time.Time            // no new step before
+	pushAt         time.Time            // next push of the roster to lagging members
+	left           map[string]bool      // members gossip reports as having left
+	forced         map[string]time.Time // voters force-left (by an operator, or leaving), and when
+	seats          seats                // what the leader tracks to manage the voter set
+	quorum         leasing.Quorum       // as of the last round
+	noQuorum       string               // why the last acquire failed, "" when it did not
+	fetchAt        time.Time            // next roster fetch, for a node without a roster
+	fetches        int                  // roster fetches sent: picks whom to ask next
 	// seenCluster: this node has seen a member of an established cluster,
 	// so it never bootstraps one of its own.
 	seenCluster bool
@@ -81,6 +82,16 @@ type coreConfig struct {
 	Lease       leasing.Timing
 	Expect      int
 	Election    bully.Config // timings, Preempt and Rand; Self and Epoch are filled in
+	// Voters is the number of voters to aim for (0: the roster's Seats,
+	// else defaultSeats); Zone this node's failure domain.
+	Voters int
+	Zone   string
+	// DeadVoterTimeout is how long a voter may be missing from gossip
+	// before the leader replaces it (0: never).
+	DeadVoterTimeout time.Duration
+	// PromoteAfter is how long a node must be alive before it is promoted
+	// (0: maxTTLFactor lease TTLs).
+	PromoteAfter time.Duration
 }
 
 // epochStore persists the highest epoch seen or used.
@@ -102,6 +113,7 @@ type memberView struct {
 	Cluster       string // the cluster ID it advertises, "" before it has a roster
 	RosterVersion uint64 // the roster version it advertises
 	Expect        int    // the --expect it was started with (0: none)
+	Zone          string // its failure domain (--zone)
 	Left          bool   // it left gracefully (not live)
 }
 
@@ -138,8 +150,8 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 		m.SetReach(false, false) // no claim before a probe proves a majority
 	}
 	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges,
-		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]bool{},
-		floors: map[string]uint64{}}
+		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]time.Time{},
+		floors: map[string]uint64{}, seats: newSeats()}
 	if cfg.Voter && cfg.Consistency == Quorum {
 		named := c.roster().Contains(toLeasing(cfg.Self))
 		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now,
@@ -205,6 +217,7 @@ func (c *core) setMembers(now time.Time, members []memberView) {
 		view = append(view, mv.Member)
 	}
 	c.m.SetMembers(now, view)
+	c.trackMembers(now)
 	c.maybeBootstrap(now)
 	c.process(now)
 }
@@ -224,7 +237,12 @@ func (c *core) tick(now time.Time) {
 	c.probeReach(now)
 	c.m.Tick(now)
 	c.queryFloors(now)
+	if err := c.recover(now); err != nil && !c.warned["recover"] {
+		c.warned["recover"] = true // it retries every tick; once is enough
+		c.log.Error("cannot vote again", "err", err)
+	}
 	c.checkLease(now)
+	c.probeCandidates(now)
 	c.driveRoster(now)
 	c.askPledges(now)
 	c.maybeFetchRoster(now)
@@ -271,9 +289,10 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.PledgeReply != nil:
 		c.onPledgeReply(*env.PledgeReply)
 	case env.FloorQuery:
-		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch()}}
+		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now)}}
 	case env.Floor != nil:
 		c.noteReply(env.Floor.From)
+		c.noteReadiness(now, *env.Floor)
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}
@@ -295,16 +314,31 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 		return refuse(leasing.ReasonEpochJump)
 	}
 	if c.amnesiac && req.Kind != leasing.Release {
-		if now.Before(c.holdEnd) || !c.floorKnown() {
-			return refuse(leasing.ReasonRestarting)
-		}
-		if err := c.granted.Raise(c.floor()); err != nil {
+		if err := c.recover(now); err != nil {
 			return refuse(leasing.ReasonStorage)
 		}
-		c.amnesiac = false
-		c.log.Info("voting again after a lost or raced roster", "floor", c.granted.Epoch())
+		if c.amnesiac {
+			return refuse(leasing.ReasonRestarting)
+		}
 	}
 	return c.grants.Handle(now, req, c.roster())
+}
+
+// recover ends an amnesiac voter's hold once its longest promise has run
+// out and it knows its floor: it records the floor as granted and votes
+// again. It is called on a vote and on every tick, so that a node outside
+// the roster, which gets no lease requests, recovers too (and may then be
+// promoted).
+func (c *core) recover(now time.Time) error {
+	if !c.amnesiac || now.Before(c.holdEnd) || !c.floorKnown() {
+		return nil
+	}
+	if err := c.granted.Raise(c.floor()); err != nil {
+		return fmt.Errorf("record the floor after a lost or raced roster: %w", err)
+	}
+	c.amnesiac = false
+	c.log.Info("voting again after a lost or raced roster", "floor", c.granted.Epoch())
+	return nil
 }
 
 // process carries out what the machine asks, in the order that keeps epochs

@@ -23,8 +23,8 @@ var (
 )
 
 // driveRoster makes a leader with a valid lease take the next roster step:
-// finish a joint roster, remove a voter that left (or was force-left), or
-// admit a live voter that is not in the roster. One step at a time.
+// finish a joint roster, or move towards the voter set the rules of
+// core_voters.go want. One step at a time.
 func (c *core) driveRoster(now time.Time) {
 	if !c.quorumMode() || !c.leaseValid(now) {
 		c.change = nil
@@ -40,7 +40,7 @@ func (c *core) driveRoster(now time.Time) {
 	if now.Before(c.changeRetry) {
 		return
 	}
-	if next, ok := c.nextRoster(); ok {
+	if next, ok := c.nextRoster(now); ok {
 		c.propose(now, next)
 		return
 	}
@@ -52,33 +52,27 @@ func (c *core) driveRoster(now time.Time) {
 
 // nextRoster is the next step from the current roster, if any. A joint
 // roster moves to its final roster only once this leader saw the joint one
-// stored on a majority of both sets; until then the joint step itself is
-// proposed again (after a timeout, or when this leader inherited it).
-func (c *core) nextRoster() (leasing.Roster, bool) {
+// stored on a majority of both sets (until then the joint step itself is
+// proposed again, after a timeout, or when this leader inherited it), and
+// once this leader's lease was renewed under the joint roster. The lease
+// rule matters when a step changes more than one voter: a lease granted
+// under the old set is backed by a majority of the old set only, which a
+// majority of the new set may miss entirely (from [a] to [a b c], {b, c});
+// renewed under the joint roster, it is backed by a majority of both, so a
+// candidate under the final roster meets a voter that promised this leader.
+// Otherwise the voter-set rules (core_voters.go) pick the next set.
+func (c *core) nextRoster(now time.Time) (leasing.Roster, bool) {
 	r, term := c.roster(), c.lease.epoch
 	if r.Joint() {
-		if sameRoster(c.committedJoint, r) {
-			return r.Final(term), true
+		switch {
+		case !sameRoster(c.committedJoint, r):
+			return r, true
+		case !sameRoster(c.lease.roster, r):
+			return leasing.Roster{}, false // the next renewal runs under the joint roster
 		}
-		return r, true
+		return r.Final(term), true
 	}
-	for name := range c.forced {
-		if !rosterHas(r, name) {
-			delete(c.forced, name) // done
-		}
-	}
-	for _, v := range r.Voters {
-		if (c.left[v.Name] || c.forced[v.Name]) && len(r.Voters) > 1 && toBully(v) != c.cfg.Self {
-			return r.Without(v, term), true
-		}
-	}
-	for _, name := range sortedNames(c.live) {
-		mv := c.live[name]
-		if mv.Voter && !r.Contains(toLeasing(mv.Node)) && (mv.Cluster == "" || mv.Cluster == r.ClusterID) && !c.forced[name] {
-			return r.With(toLeasing(mv.Node), term), true
-		}
-	}
-	return leasing.Roster{}, false
+	return c.seatsChange(now, r)
 }
 
 // propose stores a step locally, then sends it to every voter of both sets.
@@ -125,6 +119,7 @@ func (c *core) checkCommitted(now time.Time) {
 	c.log.Info("roster change committed", "roster", ch.target.String())
 	if ch.target.Joint() {
 		c.committedJoint = ch.target
+		c.lease.renewAt = now // renew under the joint roster now (see nextRoster)
 		return
 	}
 	c.pushRoster()
@@ -222,8 +217,10 @@ func (c *core) forceLeave(now time.Time, name string) (bully.Node, error) {
 	if !rosterHas(c.roster(), name) {
 		return bully.Node{}, fmt.Errorf("%w: %q", errForceLeaveUnknown, name)
 	}
-	c.forced[name] = true
-	c.log.Info("force-leave requested", "voter", name)
+	if _, ok := c.forced[name]; !ok {
+		c.forced[name] = now
+		c.log.Info("force-leave requested", "voter", name)
+	}
 	return bully.Node{}, nil
 }
 

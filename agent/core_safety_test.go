@@ -26,11 +26,12 @@ func TestRenewalOnlyVoterHoldsAfterRestart(t *testing.T) {
 	for k := range 12 {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			s := newCsim(t, testlog.Seed(t))
+			s.voters = 5
 			s.makeNodes(5, 4)
 			s.bootTogether(4, "n2", "n3", "n4", "n5")
 			s.waitLeader(10*time.Second, "n5")
-			s.boot("n1", 0) // a voter added later: admitted by n5
-			s.waitAdmitted("n5", "n1", 10*time.Second)
+			s.boot("n1", 0) // a voter added later: promoted by n5
+			s.waitAdmitted("n5", "n1", 20*time.Second)
 			s.run(s.ttl) // n1 now grants n5's renewals
 			s.partition([]string{"n4", "n5"}, []string{"n2", "n3"})
 			s.run(600*time.Millisecond + time.Duration(k)*50*time.Millisecond)
@@ -217,25 +218,27 @@ func (s *csim) waitAdmitted(leader, name string, d time.Duration) {
 	}
 }
 
-// TestTimedOutJointStepIsRetried: the leader's joint roster step (admitting
-// n1) reaches no other voter of the old set before its budget runs out. It
-// must propose the joint step again, not move on to the final roster, which
+// TestTimedOutJointStepIsRetried: the leader's joint roster step (promoting
+// n1 and n2) reaches no other voter of the old set before its budget runs
+// out. It must propose the joint step again, not move on to the final roster, which
 // would count under a roster no majority of the old set stored (before the
 // fix it proposed the final roster of its locally stored joint one).
 func TestTimedOutJointStepIsRetried(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
-	s.makeNodes(4, 3)
-	s.bootTogether(3, "n2", "n3", "n4")
-	s.waitLeader(10*time.Second, "n4")
+	s.voters = 5
+	s.makeNodes(5, 3)
+	s.bootTogether(3, "n3", "n4", "n5")
+	s.waitLeader(10*time.Second, "n5")
 	lost := true
 	s.dropIf = func(f flight) bool {
 		step := f.env.RosterUpdate != nil || f.env.Roster != nil // as a step, or fetched
-		return lost && step && (f.to == "n2" || f.to == "n3")
+		return lost && step && (f.to == "n3" || f.to == "n4")
 	}
 	s.boot("n1", 0)
-	s.run(3 * s.ttl) // every joint step times out; check() asserts the rule
+	s.boot("n2", 0)
+	s.run(maxTTLFactor*s.ttl + 3*s.ttl) // promotion is due; every joint step times out; check() asserts the rule
 	lost = false
-	s.waitAdmitted("n4", "n1", 10*time.Second)
+	s.waitAdmitted("n5", "n1", 20*time.Second)
 }
 
 // TestDivergedRosterIsReported: a roster of this node's cluster with the
@@ -296,4 +299,40 @@ func TestSilentPledgeIsReported(t *testing.T) {
 	if !strings.Contains(w, "[n3]") || !strings.Contains(w, "peer") {
 		t.Fatalf("n1 reported %q, want n3 named as silent", w)
 	}
+}
+
+// TestMultiVoterStepRenewsUnderJoint: a lone voter n3 leads its own roster
+// [n3]; then n1 and n2 are promoted in one step, to [n1 n2 n3]. n3's lease
+// was granted under [n3] alone, which no majority of the new set ({n1,
+// n2}) includes. Once the joint step is stored, n3's lease requests to n1
+// and n2 are lost, so it cannot renew under the joint roster. Had n3 moved
+// to the final roster anyway, n1 and n2 would fetch it and, cut off from
+// n3, elect a leader while n3's lease was still valid (check() fails on
+// two holders). Found by the random schedules, where a roster shrank to
+// one voter and grew back.
+func TestMultiVoterStepRenewsUnderJoint(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.voters = 3
+	s.makeNodes(3, 1)
+	s.boot("n3", 1)
+	s.waitLeader(10*time.Second, "n3")
+	n3 := s.nodes["n3"]
+	s.dropIf = func(f flight) bool {
+		return f.from == "n3" && f.env.Lease != nil && !n3.c.committedJoint.IsZero()
+	}
+	s.boot("n1", 0)
+	s.boot("n2", 0)
+	for end := s.now.Add(30 * time.Second); n3.c.committedJoint.IsZero(); s.tick() {
+		if s.now.After(end) {
+			t.Fatalf("n1 and n2 not promoted\n%s", s.dump())
+		}
+	}
+	learned := func() bool { // n1 or n2 learned a final roster
+		r1, r2 := s.nodes["n1"].rosters.r, s.nodes["n2"].rosters.r
+		return len(r1.Voters) == 3 && !r1.Joint() || len(r2.Voters) == 3 && !r2.Joint()
+	}
+	for end := s.now.Add(s.ttl / 2); s.now.Before(end) && !learned(); s.tick() {
+	}
+	s.partition([]string{"n3"}, []string{"n1", "n2"})
+	s.run(3 * s.ttl)
 }

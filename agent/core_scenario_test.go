@@ -198,10 +198,16 @@ func runSchedule(t testing.TB, i int, eager bool) {
 	s := newCsim(t, seed)
 	s.eagerRelease = eager
 	n := 3 + i%3
+	// The voter-set rules: the bootstrap's target or another, sometimes
+	// zones, sometimes replacing voters missing for a while.
+	s.voters = []int{0, 0, 3, 5}[s.rand.IntN(4)]
+	s.deadTimeout = []time.Duration{0, 5 * time.Second, 20 * time.Second}[s.rand.IntN(3)]
+	s.zoned = s.rand.IntN(2) == 0
 	s.addNodesWith(n, func(k int, nd *cnode) {
 		if i%4 == 1 && s.rand.IntN(2) == 0 {
 			nd.ttl = 2 * s.ttl // a rolling change of --lease-ttl
 		}
+		nd.zone = s.randomZone()
 	})
 	wiped := false
 	for range 30 {
@@ -475,11 +481,23 @@ func (s *csim) expectFor(name string) int {
 	return 0
 }
 
-// join adds a fresh voter that joins the running cluster (no --expect).
+// join adds a fresh node that joins the running cluster (no --expect):
+// one that may vote, or sometimes one that may not (--voter=false).
 func (s *csim) join(name string) {
-	s.nodes[name] = s.newNode(name, uint64(len(s.order)+1))
+	n := s.newNode(name, uint64(len(s.order)+1))
+	n.voter = s.rand.IntN(4) != 0
+	n.zone = s.randomZone()
+	s.nodes[name] = n
 	s.order = append(s.order, name)
 	s.boot(name, 0)
+}
+
+// randomZone is a zone for a new node when the schedule uses zones.
+func (s *csim) randomZone() string {
+	if !s.zoned {
+		return ""
+	}
+	return []string{"a", "b", "c"}[s.rand.IntN(3)]
 }
 
 // leave makes a voter leave gracefully, as an operator would: a leader
@@ -530,27 +548,66 @@ func (s *csim) activeVoters() int {
 	return k
 }
 
-// checkRosterConverged: once healed and quiet, every running node has the
-// same final roster: every node that did not leave, and none that did.
+// checkRosterConverged: once healed and quiet (and after the time a node
+// needs to be promoted), every running node holds the same final roster,
+// and it is the voter set the rules want: no node that left or is down,
+// as many voters as the target and the nodes that may vote allow (odd),
+// spread over the zones.
 func (s *csim) checkRosterConverged() {
-	var want string
+	settle := maxTTLFactor*s.maxTTL() + 10*time.Second
+	for end := s.now.Add(settle); ; s.run(time.Second) {
+		why := s.rosterConverged()
+		if why == "" {
+			return
+		}
+		if s.now.After(end) {
+			s.t.Fatalf("the voter set did not converge: %s\n%s", why, s.dump())
+		}
+	}
+}
+
+// rosterConverged says why the rosters are not (yet) what
+// checkRosterConverged wants, or "".
+func (s *csim) rosterConverged() string {
+	var r leasing.Roster
 	for _, name := range s.order {
 		n := s.nodes[name]
 		if !n.up {
 			continue
 		}
-		r := n.rosters.r
-		for _, m := range s.order {
-			if in := r.Contains(leasing.Node{ID: s.nodes[m].id, Name: m}); in == s.nodes[m].left {
-				s.t.Fatalf("%s's roster %v: %s in=%v but left=%v\n%s", name, r, m, in, s.nodes[m].left, s.dump())
-			}
+		if r.IsZero() {
+			r = n.rosters.r
 		}
-		if want == "" {
-			want = r.String()
-		} else if r.String() != want || r.Joint() {
-			s.t.Fatalf("rosters differ or joint: %s has %v, want %s", name, r, want)
+		if n.rosters.r.String() != r.String() || n.rosters.r.Joint() {
+			return fmt.Sprintf("%s has %v, another %v", name, n.rosters.r, r)
 		}
 	}
+	zones := map[string]int{}
+	for _, v := range r.Voters {
+		n := s.nodes[v.Name]
+		if !n.up || n.left {
+			return fmt.Sprintf("%s is a voter but up=%v left=%v", v.Name, n.up, n.left)
+		}
+		zones[n.zone]++
+	}
+	crowded, capable := 0, 0
+	for _, k := range zones {
+		crowded = max(crowded, k)
+	}
+	for _, name := range s.order {
+		n := s.nodes[name]
+		if n.up && !n.left && n.voter {
+			capable++
+			if !r.Contains(leasing.Node{ID: n.id, Name: name}) && zones[n.zone]+2 <= crowded {
+				return fmt.Sprintf("observer %s of zone %q could spread the voters %v", name, n.zone, zones)
+			}
+		}
+	}
+	target := cmp.Or(s.voters, s.initial)
+	if want := oddDown(min(target, capable)); len(r.Voters) != want {
+		return fmt.Sprintf("%d voters, want %d (target %d, %d may vote)", len(r.Voters), want, target, capable)
+	}
+	return ""
 }
 
 // TestRandomBootstrapRaces starts one node more than --expect, all with the

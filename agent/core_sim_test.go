@@ -36,6 +36,12 @@ type csim struct {
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
 
+	// The voter-set rules: --voters (0: the bootstrap's), and how long a
+	// voter may be missing before the leader replaces it (0: never).
+	voters      int
+	deadTimeout time.Duration
+	zoned       bool // new nodes get random zones
+
 	cutOff string            // the node finalPhase cut off from all peers but one
 	dropIf func(flight) bool // drops the messages a scenario picks
 
@@ -54,6 +60,7 @@ type cnode struct {
 	gbase time.Time
 	ttl   time.Duration // its --lease-ttl
 	voter bool
+	zone  string // its --zone
 	// promise is the last promise its voter was seen to hold (holder and
 	// expiry on its clock). It survives restarts and lost disks, as the
 	// promise does in the world outside the node: I3 is checked against
@@ -186,7 +193,8 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 	e.Preempt = true
 	lt := leasing.DefaultTiming().WithTTL(n.ttl)
 	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: true, Voter: n.voter,
-		Consistency: Quorum, Lease: lt, Expect: expect, Election: e}
+		Consistency: Quorum, Lease: lt, Expect: expect, Election: e,
+		Voters: s.voters, Zone: n.zone, DeadVoterTimeout: s.deadTimeout}
 }
 
 // boot (re)starts a node from its stores.
@@ -288,7 +296,8 @@ func (s *csim) syncViews() {
 			nb := s.nodes[b]
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused) { // a paused node fails its probes
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: true},
-					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect})
+					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
+					Zone: nb.zone})
 			} else if nb.left {
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}}, Left: true})
 			}

@@ -53,10 +53,13 @@ type rosterAck struct {
 	Reason  string     `msgpack:"reason,omitempty"`
 }
 
-// floorReply answers a FloorQuery.
+// floorReply answers a FloorQuery: the highest epoch granted, and whether
+// this node would refuse to grant now (restart hold, unknown floor, or no
+// vote at all), which decides whether the leader may promote it.
 type floorReply struct {
 	From    bully.Node `msgpack:"from"`
 	Granted uint64     `msgpack:"granted"`
+	Holding bool       `msgpack:"holding,omitempty"`
 }
 
 // forceLeaveReply answers a ForceLeave: Code is "" on success, else one of

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -123,7 +125,10 @@ func (a *Agent) publishMember(ev gossip.Event) {
 }
 
 func (a *Agent) rpcMember(m gossip.Member, leader *rpc.LeaderInfo) rpc.Member {
+	r := a.rosters.Roster()
 	return rpc.Member{
+		Role:     memberRole(r, m),
+		Zone:     m.Tags[zoneTag],
 		Name:     m.Name,
 		ID:       m.ID,
 		Addr:     m.Addr,
@@ -132,5 +137,23 @@ func (a *Agent) rpcMember(m gossip.Member, leader *rpc.LeaderInfo) rpc.Member {
 		Voter:    m.Voter,
 		Eligible: m.Eligible,
 		IsLeader: leader != nil && leader.Node == m.Name && leader.ID == m.ID,
+	}
+}
+
+// memberRole is m's place in roster r (see rpc.Member.Role).
+func memberRole(r leasing.Roster, m gossip.Member) string {
+	n := leasing.Node{ID: m.ID, Name: m.Name}
+	inNew, inOld := slices.Contains(r.Voters, n), slices.Contains(r.Prev, n)
+	switch {
+	case inNew && r.Joint() && !inOld:
+		return rpc.RoleStaging
+	case inNew:
+		return rpc.RoleVoter
+	case inOld:
+		return rpc.RoleLeaving
+	case m.Status == gossip.StatusLeft:
+		return rpc.RoleLeft
+	default:
+		return rpc.RoleObserver
 	}
 }

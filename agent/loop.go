@@ -20,6 +20,8 @@ const (
 	// expectTag advertises --expect, so only nodes bootstrapping together
 	// count each other.
 	expectTag = "x"
+	// zoneTag advertises --zone, over which the leader spreads the voters.
+	zoneTag = "z"
 )
 
 // loop is the driver goroutine: it alone touches a.core.
@@ -88,6 +90,7 @@ func (a *Agent) syncMembers() {
 			Cluster:       m.Tags[clusterTag],
 			RosterVersion: rv,
 			Expect:        expect,
+			Zone:          m.Tags[zoneTag],
 			Left:          m.Status == gossip.StatusLeft,
 		})
 		if m.Status == gossip.StatusAlive {
@@ -144,12 +147,15 @@ func (a *Agent) advertiseCluster() {
 	a.advertised = r
 }
 
-// gossipTags are this node's extra gossip tags: its --expect, and its
-// roster's cluster ID and version once it has one.
+// gossipTags are this node's extra gossip tags: its --expect and --zone,
+// and its roster's cluster ID and version once it has one.
 func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	tags := map[string]string{}
 	if a.cfg.Expect > 0 {
 		tags[expectTag] = strconv.Itoa(a.cfg.Expect)
+	}
+	if a.cfg.Zone != "" {
+		tags[zoneTag] = a.cfg.Zone
 	}
 	if !r.IsZero() {
 		tags[clusterTag], tags[rosterVersionTag] = r.ClusterID, strconv.FormatUint(r.Version, 10)

@@ -42,6 +42,10 @@ type Roster struct {
 	Voters []Node `msgpack:"voters" json:"voters"`
 	// Prev is the old voter set of a joint roster, empty otherwise.
 	Prev []Node `msgpack:"prev,omitempty" json:"prev,omitempty"`
+	// Seats is how many voters the cluster aims for: the bootstrap's
+	// --expect, or the --voters of the leader that proposed this roster.
+	// 0 in rosters written before it existed.
+	Seats int `msgpack:"seats,omitempty" json:"seats,omitempty"`
 }
 
 // Bootstrap returns version 1 of a roster of voters, with a cluster ID
@@ -53,8 +57,12 @@ func Bootstrap(voters []Node) Roster {
 	for _, v := range vs {
 		fmt.Fprintf(h, "%d/%s\n", v.ID, v.Name)
 	}
-	return Roster{ClusterID: hex.EncodeToString(h.Sum(nil))[:16], Version: 1, Voters: vs}
+	return Roster{ClusterID: hex.EncodeToString(h.Sum(nil))[:16], Version: 1, Voters: vs, Seats: len(vs)}
 }
+
+// MaxSeats bounds Roster.Seats (and --voters): more voters than this only
+// slow every lease round down.
+const MaxSeats = 99
 
 // IsZero reports whether r is no roster (a node not yet bootstrapped or
 // admitted).
@@ -107,13 +115,22 @@ func (r Roster) Without(n Node, epoch uint64) Roster {
 	return r.joint(slices.DeleteFunc(slices.Clone(r.Voters), func(v Node) bool { return v == n }), epoch)
 }
 
+// To returns the joint step of changing r's voters to voters (any number
+// added and removed at once), proposed in term epoch by a leader that aims
+// for seats voters.
+func (r Roster) To(voters []Node, epoch uint64, seats int) Roster {
+	j := r.joint(sortedNodes(voters), epoch)
+	j.Seats = seats
+	return j
+}
+
 func (r Roster) joint(voters []Node, epoch uint64) Roster {
-	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: voters, Prev: slices.Clone(r.Voters)}
+	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: voters, Prev: slices.Clone(r.Voters), Seats: r.Seats}
 }
 
 // Final returns the final step of the joint roster r, in term epoch.
 func (r Roster) Final(epoch uint64) Roster {
-	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: slices.Clone(r.Voters)}
+	return Roster{ClusterID: r.ClusterID, Version: r.Version + 1, Epoch: epoch, Voters: slices.Clone(r.Voters), Seats: r.Seats}
 }
 
 // Names returns the voters' names.
@@ -205,6 +222,9 @@ func decodeRoster(data []byte) (Roster, error) {
 	}
 	if r.Version == 0 || r.ClusterID == "" || len(r.Voters) == 0 {
 		return Roster{}, fmt.Errorf("incomplete roster %+v", r)
+	}
+	if r.Seats < 0 || r.Seats > MaxSeats {
+		return Roster{}, fmt.Errorf("roster seats %d outside 0..%d", r.Seats, MaxSeats)
 	}
 	return r, nil
 }

@@ -95,13 +95,37 @@ type Member struct {
 	PeerAddr string `msgpack:"peer_addr" json:"peer_addr"`
 	// Status is one of MemberAlive, MemberLeaving, MemberLeft, MemberFailed.
 	Status string `msgpack:"status" json:"status"`
-	// Voter reports whether the member grants leases.
+	// Voter reports whether the member may vote (it runs with --voter):
+	// the leader promotes such members to fill the voter set. Role says
+	// whether it votes now.
 	Voter bool `msgpack:"voter" json:"voter"`
+	// Role is the member's place in the roster as this node knows it: one
+	// of RoleVoter, RoleStaging, RoleLeaving, RoleObserver, RoleLeft.
+	Role string `msgpack:"role,omitempty" json:"role,omitempty"`
+	// Zone is the failure domain the member advertises ("" when none).
+	Zone string `msgpack:"zone,omitempty" json:"zone,omitempty"`
 	// Eligible reports whether the member may lead.
 	Eligible bool `msgpack:"eligible" json:"eligible"`
 	// IsLeader reports whether the member is the known leader.
 	IsLeader bool `msgpack:"is_leader" json:"is_leader"`
 }
+
+// Member roles (Member.Role).
+const (
+	// RoleVoter grants leases: a voter of the roster.
+	RoleVoter = "voter"
+	// RoleStaging is being added: a voter of the new set of a joint
+	// roster, not of the old one.
+	RoleStaging = "staging"
+	// RoleLeaving is being removed: a voter of the old set of a joint
+	// roster only.
+	RoleLeaving = "leaving"
+	// RoleObserver follows the leader without a vote.
+	RoleObserver = "observer"
+	// RoleLeft has left the cluster (gracefully, or force-left) and is no
+	// voter.
+	RoleLeft = "left"
+)
 
 // Event names (Event.Event).
 const (

@@ -56,7 +56,10 @@ func agentCommand() *cli.Command {
 			&cli.IntFlag{Name: "expect", Usage: "number of fresh voters that bootstrap the first roster together (0: join an existing cluster)", EnvVars: env("expect")},
 			&cli.BoolFlag{Name: "preempt", Value: d.Preempt, Usage: "yield leadership to a higher eligible node once it is stable", EnvVars: env("preempt")},
 			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
-			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node grants leases (quorum mode)", EnvVars: env("voter")},
+			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node may be a voter (quorum mode): the leader promotes it when a seat is free", EnvVars: env("voter")},
+			&cli.IntFlag{Name: "voters", Usage: "number of voters the leader keeps, odd where it can; other nodes observe (default: the bootstrap's --expect, else 5); give every node the same value", EnvVars: env("voters")},
+			&cli.StringFlag{Name: "zone", Usage: "this node's failure domain (rack, availability zone): voters are spread over zones", EnvVars: env("zone")},
+			&cli.DurationFlag{Name: "dead-voter-timeout", Value: agent.DefaultDeadVoterTimeout, Usage: "replace a voter gossip has reported failed for this long (negative: never)", EnvVars: env("dead-voter-timeout")},
 			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
 			&cli.GenericFlag{Name: "hook", Value: &hookList{}, Usage: "run `EVENT=COMMAND` on events (repeatable; EVENT may be a,b or *)", EnvVars: env("hook")},
 			&cli.DurationFlag{Name: "hook-timeout", Value: hooks.DefaultTimeout, Usage: "bound on each hook run; then its process group is stopped", EnvVars: env("hook-timeout")},
@@ -139,6 +142,9 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.Preempt = c.Bool("preempt")
 	cfg.Eligible = c.Bool("eligible")
 	cfg.Voter = c.Bool("voter")
+	cfg.Voters = c.Int("voters")
+	cfg.Zone = c.String("zone")
+	cfg.DeadVoterTimeout = c.Duration("dead-voter-timeout")
 	cfg.Profile = agent.Profile(c.String("timing"))
 	cfg.Logger = logger
 	cfg.Version = version

@@ -196,20 +196,27 @@ func printMembers(w io.Writer, ms []rpc.Member) {
 	tw.Flush()
 }
 
-// role describes a member in words: leader, voter or observer, and
-// "ineligible" for a node that may not lead.
+// role describes a member in words: leader, its roster role (voter,
+// staging, leaving, observer, left), "ineligible" for a node that may not
+// lead, and its zone.
 func role(m rpc.Member) string {
 	var parts []string
 	if m.IsLeader {
 		parts = append(parts, "leader")
 	}
-	if m.Voter {
+	switch {
+	case m.Role != "":
+		parts = append(parts, m.Role)
+	case m.Voter:
 		parts = append(parts, "voter")
-	} else {
+	default:
 		parts = append(parts, "observer")
 	}
 	if !m.Eligible {
 		parts = append(parts, "ineligible")
+	}
+	if m.Zone != "" {
+		parts = append(parts, "zone="+m.Zone)
 	}
 	return strings.Join(parts, ",")
 }
