@@ -20,6 +20,12 @@ func (m *Machine) onElection(now time.Time, msg Message) *Message {
 	}
 	reply := m.stamp(Message{Type: MsgAnswer, To: msg.From, Leader: m.leader, Term: m.term})
 	if m.state == StateFollower && m.leader.IsZero() {
+		if now.Before(m.retryAt) {
+			// Its last lease round failed moments ago: it answers, so the
+			// lower node does not take over, but campaigns only once its
+			// backoff is over (the timer is already set for then).
+			return &reply
+		}
 		m.startElection(now)
 	}
 	return &reply
@@ -258,6 +264,7 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.leader, m.term = l, term
 	m.heard = now
 	m.deadline = time.Time{}
+	m.failures, m.retryAt = 0, time.Time{} // a vacancy after this one starts afresh
 	if !m.isLive(l) {
 		m.deadline = now.Add(m.cfg.CoordinatorTimeout)
 	}
@@ -285,6 +292,9 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 	base := now
 	if m.holdUntil.After(base) {
 		base = m.holdUntil
+	}
+	if m.retryAt.After(base) {
+		base = m.retryAt
 	}
 	k := time.Duration(len(m.higher(now)))
 	m.deadline = base.Add(k*m.cfg.RankDelay + m.jitter())

@@ -35,6 +35,11 @@ type Machine struct {
 	// majority; only then does it claim leadership from a lower leader.
 	mayClaim  bool
 	holdUntil time.Time // this node resigned: no campaign before
+	// retryAt: a lease round failed; no new one before (not even when a
+	// lower node's ELECTION arrives). failures counts the rounds failed in
+	// a row: the wait doubles with each, up to maxBackoff RetryDelays.
+	retryAt   time.Time
+	failures  int
 	deadline  time.Time // the current state's timer; zero when none
 	acquiring uint64    // epoch of the lease round in flight
 	announce  time.Time // a leader's next COORDINATOR broadcast
@@ -245,6 +250,7 @@ func (m *Machine) Acquired(now time.Time, epoch uint64) {
 		return
 	}
 	m.acquiring = 0
+	m.failures, m.retryAt = 0, time.Time{}
 	m.state = StateLeader
 	m.leader, m.term = m.cfg.Self.Node, epoch
 	m.lastLeader, m.lastTerm = m.cfg.Self.Node, epoch
@@ -270,9 +276,27 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	}
 	m.acquiring = 0
 	m.state = StateFollower
+	m.failures++
+	m.retryAt = now.Add(wait + m.backoff())
 	if m.leader.IsZero() {
-		m.deadline = now.Add(wait + m.cfg.RetryDelay/2 + m.randDuration(m.cfg.RetryDelay/2))
+		m.deadline = m.retryAt
 	}
+}
+
+// maxBackoff caps the doubling of the retry delay: at most this many
+// RetryDelays after a run of failed lease rounds.
+const maxBackoff = 8
+
+// backoff is the delay before the next lease round after m.failures failed
+// ones in a row: RetryDelay doubled per failure after the first, up to
+// maxBackoff RetryDelays, half of it random so that candidates spread out.
+// Each round takes a new epoch, so a node whose rounds keep failing (its
+// voters promised a leader it cannot see, or are restarting) must not burn
+// epochs at the pace of the first retry.
+func (m *Machine) backoff() time.Duration {
+	d := m.cfg.RetryDelay << min(m.failures-1, 3)
+	d = min(d, maxBackoff*m.cfg.RetryDelay)
+	return d/2 + m.randDuration(d/2)
 }
 
 // LeaseLost reports that the lease of term epoch ended without renewal. The

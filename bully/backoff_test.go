@@ -1,0 +1,66 @@
+package bully
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestFailedRoundsBackOff: each failed lease round takes an epoch, so a
+// node whose rounds keep failing waits longer after each (doubling from
+// RetryDelay, up to maxBackoff RetryDelays), and a lower node's ELECTION
+// during that wait is answered without starting another round. Before,
+// every such ELECTION started a round at once: the churn simulation burned
+// 4.4 epochs per term.
+func TestFailedRoundsBackOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
+	cfg.Rand = rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1000, 0)
+	m, err := New(cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
+	m.SetMembers(now, []Member{lower})
+	m.Ready()
+	acquire := func(limit time.Duration) (uint64, time.Duration) {
+		t.Helper()
+		start := now
+		for ; now.Sub(start) < limit; now = now.Add(10 * time.Millisecond) {
+			m.Tick(now)
+			if e := m.Ready().Acquire; e != 0 {
+				return e, now.Sub(start)
+			}
+		}
+		t.Fatalf("no lease round within %v", limit)
+		return 0, 0
+	}
+	epoch, _ := acquire(cfg.StartupDelay + time.Minute)
+	var waits []time.Duration
+	for k := 1; k <= 6; k++ {
+		m.AcquireFailed(now, epoch, 0, 0)
+		// A lower node campaigns now: it gets an answer, but no new round
+		// starts before the backoff is over.
+		reply := m.Step(now, Message{Type: MsgElection, From: lower.Node, To: cfg.Self.Node, Epoch: epoch})
+		if reply == nil || reply.Type != MsgAnswer {
+			t.Fatalf("failure %d: the lower node's ELECTION got %v, want an ANSWER", k, reply)
+		}
+		if e := m.Ready().Acquire; e != 0 {
+			t.Fatalf("failure %d: a lower node's ELECTION started round %d during the backoff", k, e)
+		}
+		var wait time.Duration
+		epoch, wait = acquire(time.Minute)
+		waits = append(waits, wait)
+		// Each wait is RetryDelay doubled per failure after the first,
+		// capped, of which the upper half is random.
+		floor := cfg.RetryDelay << min(k-1, 3) / 2
+		if cap := maxBackoff * cfg.RetryDelay / 2; floor > cap {
+			floor = cap
+		}
+		if wait < floor || wait > 2*floor+20*time.Millisecond {
+			t.Fatalf("failure %d: retried after %v, want between %v and %v (waits %v)", k, wait, floor, 2*floor, waits)
+		}
+	}
+	t.Logf("retry waits after 1..6 failures in a row: %v", waits)
+}
