@@ -378,3 +378,15 @@ func (c *core) noteReadiness(now time.Time, f floorReply) {
 func (c *core) holdingVote(now time.Time) bool {
 	return c.grants == nil || c.amnesiac || c.grants.Holding(now)
 }
+
+// successorExists reports whether another live member could take this
+// node's seat: one that may vote, of this cluster.
+func (c *core) successorExists() bool {
+	r := c.roster()
+	for _, mv := range c.live {
+		if mv.Node != c.cfg.Self && mv.Voter && (mv.Cluster == "" || mv.Cluster == r.ClusterID) {
+			return true
+		}
+	}
+	return false
+}

@@ -21,8 +21,10 @@ const leaveRetry = 200 * time.Millisecond
 // out. While it waits it still votes, so the change (which needs a majority
 // of the old voter set) can commit even when this node is one of the last
 // voters: a roster of two voters that lost one without it would count on a
-// voter that is gone. A node that is not a voter, or the roster's only
-// one, leaves at once.
+// voter that is gone. The roster's only voter hands its seat to another
+// node that may vote (the leader after it promotes that node in its
+// place); a node that is not a voter, or the only voter with nobody to
+// take its seat, leaves at once.
 func (a *Agent) leaveRoster(ctx context.Context) {
 	if a.cfg.Consistency != Quorum || !a.cfg.Voter {
 		return
@@ -34,7 +36,7 @@ func (a *Agent) leaveRoster(ctx context.Context) {
 		var voter, sole bool
 		if err := a.do(ctx, func() {
 			r := a.core.roster()
-			voter, sole = rosterHas(r, a.cfg.Name), len(r.Members()) <= 1
+			voter, sole = rosterHas(r, a.cfg.Name), len(r.Members()) <= 1 && !a.core.successorExists()
 		}); err != nil {
 			return
 		}

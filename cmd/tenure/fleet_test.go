@@ -1,0 +1,381 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// fleet runs real agent processes (the built binary), one per network
+// namespace with an address of its own, started as the README tells an
+// operator: default ports bound on 0.0.0.0, no --advertise, a cluster
+// key. Every process is stopped when the test ends.
+type fleet struct {
+	t     *testing.T
+	dir   string
+	hosts []nsHost
+	key   string
+	ttl   time.Duration
+	args  map[int][]string // the extra flags each host was started with
+
+	mu    sync.Mutex
+	procs map[int]*fleetProc
+}
+
+type fleetProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// newFleet makes n hosts (skipping the test where namespaces cannot be
+// made); no agent runs yet.
+func newFleet(t *testing.T, n int) *fleet {
+	hosts := netnsHosts(t, n)
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{t: t, dir: t.TempDir(), hosts: hosts, key: base64.StdEncoding.EncodeToString(raw), ttl: 2 * time.Second,
+		args: map[int][]string{}, procs: map[int]*fleetProc{}}
+	t.Cleanup(func() {
+		for i := range f.hosts {
+			f.stop(i)
+		}
+	})
+	return f
+}
+
+func (f *fleet) name(i int) string   { return fmt.Sprintf("h%d", i+1) }
+func (f *fleet) socket(i int) string { return filepath.Join(f.dir, fmt.Sprintf("h%d.sock", i+1)) }
+func (f *fleet) logPath(i int) string {
+	return filepath.Join(f.dir, fmt.Sprintf("h%d.log", i+1))
+}
+
+// start runs host i's agent with the common flags and extra (its log is
+// appended to, so a restart keeps the earlier run's lines). It joins the
+// first three hosts.
+func (f *fleet) start(i int, extra ...string) {
+	f.t.Helper()
+	args := []string{"netns", "exec", f.hosts[i].name, binary, "agent", "--name", f.name(i), "--id", fmt.Sprint(i + 1),
+		"--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--encrypt", f.key,
+		"--data-dir", filepath.Join(f.dir, f.name(i)), "--socket", f.socket(i),
+		"--lease-ttl", f.ttl.String(), "--timing", "local"}
+	for _, h := range f.hosts[:min(3, len(f.hosts))] {
+		args = append(args, "--join", h.addr+":7946")
+	}
+	args = append(args, extra...)
+	f.args[i] = extra
+	log, err := os.OpenFile(f.logPath(i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	p := &fleetProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
+	f.mu.Lock()
+	f.procs[i] = p
+	f.mu.Unlock()
+}
+
+// stop stops host i's agent gracefully (SIGTERM, as systemd does) and
+// waits for it; it kills an agent still running after 15 s.
+func (f *fleet) stop(i int) { f.signal(i, syscall.SIGTERM) }
+
+// kill stops host i's agent with SIGKILL: a crash.
+func (f *fleet) kill(i int) { f.signal(i, syscall.SIGKILL) }
+
+func (f *fleet) signal(i int, sig syscall.Signal) {
+	f.mu.Lock()
+	p := f.procs[i]
+	delete(f.procs, i)
+	f.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		f.t.Errorf("%s did not stop within 15 s of %v", f.name(i), sig)
+	}
+}
+
+// dumpLogs writes every host's log into the test output when it failed.
+func (f *fleet) dumpLogs() {
+	if !f.t.Failed() {
+		return
+	}
+	for i := range f.hosts {
+		if out, err := os.ReadFile(f.logPath(i)); err == nil {
+			f.t.Logf("%s log:\n%s", f.name(i), out)
+		}
+	}
+}
+
+// status asks host i's agent for its status.
+func (f *fleet) status(i int) (rpc.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, f.socket(i))
+	if err != nil {
+		return rpc.Status{}, err
+	}
+	defer cl.Close()
+	return cl.Status(ctx)
+}
+
+// members asks host i's agent for the members it knows, by name.
+func (f *fleet) members(i int) map[string]rpc.Member {
+	f.t.Helper()
+	return membersOf(f.t, f.socket(i))
+}
+
+// waitFor polls cond every 100 ms until it returns "" or d passes; then the
+// test fails with cond's last answer.
+func (f *fleet) waitFor(d time.Duration, what string, cond func() string) {
+	f.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: not within %v: %s", what, d, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// voters is the final roster host i holds ("" and false while it has none
+// or a joint one).
+func (f *fleet) voters(i int) ([]string, string) {
+	st, err := f.status(i)
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case st.Roster == nil:
+		return nil, "no roster yet"
+	}
+	return st.Roster.Voters, ""
+}
+
+// gapWatch polls one agent's leader every 50 ms and records the longest
+// time it knew no leader.
+type gapWatch struct {
+	mu      sync.Mutex
+	longest time.Duration
+	since   time.Time // start of the current gap; zero when a leader is known
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (f *fleet) watchGaps(i int) *gapWatch {
+	g := &gapWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := leaderOf(ctx, f.socket(i))
+			cancel()
+			now := time.Now()
+			g.mu.Lock()
+			switch {
+			case err != nil && g.since.IsZero():
+				g.since = now
+			case err == nil && !g.since.IsZero():
+				g.longest = max(g.longest, now.Sub(g.since))
+				g.since = time.Time{}
+			}
+			g.mu.Unlock()
+			select {
+			case <-g.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return g
+}
+
+// end stops the watch and returns the longest gap (a gap still open
+// counts up to now).
+func (g *gapWatch) end() time.Duration {
+	close(g.stop)
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.since.IsZero() {
+		g.longest = max(g.longest, time.Since(g.since))
+	}
+	return g.longest
+}
+
+// TestGracefulStopOfTwoVotersInNamespaces: three hosts bootstrap three
+// voters. h1 stops gracefully, then h3 (the leader): each asks to leave
+// the roster before it goes, so the roster never counts on a voter that
+// is gone and h2 keeps (or takes) the lead. Then both come back and are
+// promoted again. Throughout, h2 never knows no leader for longer than
+// one TTL. (Before, a stop left the roster at two voters, one of them
+// gone; the second stop or a return cost 2.4 to 10.6 s without a leader.)
+func TestGracefulStopOfTwoVotersInNamespaces(t *testing.T) {
+	f := newFleet(t, 3)
+	defer f.dumpLogs()
+	for i := range 3 {
+		f.start(i, "--expect", "3")
+	}
+	waitNamespaceLeader(t, f.socket(1), 20*time.Second)
+	f.waitFor(20*time.Second, "h3 leads", func() string {
+		if st, err := f.status(1); err != nil || st.Leader == nil || st.Leader.Node != "h3" {
+			return fmt.Sprintf("h2's status: %+v %v", st.Leader, err)
+		}
+		return ""
+	})
+	gaps := f.watchGaps(1)
+	f.stop(0)
+	f.stop(2)
+	f.waitFor(10*time.Second, "h2 leads alone", func() string {
+		st, err := f.status(1)
+		if err != nil || st.Leader == nil || st.Leader.Node != "h2" || st.Roster == nil || !slices.Equal(st.Roster.Voters, []string{"h2"}) {
+			return fmt.Sprintf("leader %+v roster %+v err %v", st.Leader, st.Roster, err)
+		}
+		return ""
+	})
+	f.start(0, "--expect", "3")
+	f.start(2, "--expect", "3")
+	f.waitFor(60*time.Second, "h1 and h3 voters again", func() string {
+		if v, why := f.voters(1); !slices.Equal(v, []string{"h1", "h2", "h3"}) {
+			return fmt.Sprintf("voters %v %s", v, why)
+		}
+		return ""
+	})
+	time.Sleep(2 * f.ttl) // h3 may take the lead back (preemption) meanwhile
+	if gap := gaps.end(); gap > f.ttl {
+		t.Fatalf("h2 knew no leader for %v, more than one TTL (%v)", gap, f.ttl)
+	} else {
+		t.Logf("longest time without a leader: %v", gap)
+	}
+	m := f.members(1)
+	for _, n := range []string{"h1", "h2", "h3"} {
+		if m[n].Role != rpc.RoleVoter {
+			t.Fatalf("%s's role is %q, want voter: %+v", n, m[n].Role, m)
+		}
+	}
+}
+
+// TestFailedVoterReplacedInNamespaces: h1..h3 bootstrap three voters and
+// h4 joins as an observer. A voter is killed; once gossip has reported it
+// failed for --dead-voter-timeout, the leader puts h4 in its seat. The
+// killed node, restarted later, stays an observer (the set is full).
+func TestFailedVoterReplacedInNamespaces(t *testing.T) {
+	f := newFleet(t, 4)
+	defer f.dumpLogs()
+	for i := range 3 {
+		f.start(i, "--expect", "3", "--dead-voter-timeout", "4s")
+	}
+	f.start(3, "--dead-voter-timeout", "4s")
+	waitNamespaceLeader(t, f.socket(0), 20*time.Second)
+	f.waitFor(20*time.Second, "h4 an observer", func() string {
+		if m := f.members(0)["h4"]; m.Role != rpc.RoleObserver || m.Status != "alive" {
+			return fmt.Sprintf("h4 is %+v", m)
+		}
+		return ""
+	})
+	f.kill(0)
+	killed := time.Now()
+	f.waitFor(30*time.Second, "h4 takes h1's seat", func() string {
+		if v, why := f.voters(1); !slices.Equal(v, []string{"h2", "h3", "h4"}) {
+			return fmt.Sprintf("voters %v %s", v, why)
+		}
+		return ""
+	})
+	took := time.Since(killed)
+	if took < 4*time.Second {
+		t.Fatalf("h1 was replaced %v after it was killed, before --dead-voter-timeout", took)
+	}
+	t.Logf("h1 replaced %v after the kill", took.Round(time.Millisecond))
+	waitNamespaceLeader(t, f.socket(3), 10*time.Second)
+	f.start(0, "--expect", "3", "--dead-voter-timeout", "4s")
+	time.Sleep(4 * f.ttl) // long enough to be promoted, were there a seat
+	m := f.members(1)
+	if m["h1"].Role != rpc.RoleObserver || m["h4"].Role != rpc.RoleVoter {
+		t.Fatalf("after h1's return: h1 %q, h4 %q; want observer and voter", m["h1"].Role, m["h4"].Role)
+	}
+}
+
+// TestVotersSpreadOverZonesInNamespaces: 30 hosts in three zones, --voters
+// 5 on all; the three that bootstrap are all in zone a. The leader grows
+// the set to five voters and spreads them over the zones (2, 2, 1); the
+// other 25 stay observers.
+func TestVotersSpreadOverZonesInNamespaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 agents")
+	}
+	const n = 30
+	f := newFleet(t, n)
+	defer f.dumpLogs()
+	zone := func(i int) string {
+		if i < 3 {
+			return "a"
+		}
+		return []string{"a", "b", "c"}[i%3]
+	}
+	for i := range n {
+		args := []string{"--voters", "5", "--zone", zone(i)}
+		if i < 3 {
+			args = append(args, "--expect", "3")
+		}
+		f.start(i, args...)
+	}
+	waitNamespaceLeader(t, f.socket(0), 30*time.Second)
+	f.waitFor(90*time.Second, "five voters over three zones", func() string {
+		v, why := f.voters(0)
+		if len(v) != 5 {
+			return fmt.Sprintf("voters %v %s", v, why)
+		}
+		zones := map[string]int{}
+		for _, name := range v {
+			var i int
+			fmt.Sscanf(name, "h%d", &i)
+			zones[zone(i-1)]++
+		}
+		if zones["a"] > 2 || zones["b"] > 2 || zones["c"] > 2 {
+			return fmt.Sprintf("voters %v by zone %v", v, zones)
+		}
+		return ""
+	})
+	f.waitFor(10*time.Second, fmt.Sprintf("h%d learns the roles", n), func() string {
+		roles := map[string]int{}
+		for _, mem := range f.members(n - 1) {
+			roles[mem.Role]++
+		}
+		if roles[rpc.RoleVoter] != 5 || roles[rpc.RoleObserver] != n-5 {
+			return fmt.Sprintf("roles as h%d sees them: %v, want 5 voters and %d observers", n, roles, n-5)
+		}
+		return ""
+	})
+	out, _, _ := tenure(t, "members", "--socket", f.socket(n-1))
+	if !strings.Contains(out, "zone=b") {
+		t.Fatalf("tenure members does not show zones:\n%s", out)
+	}
+}
