@@ -40,6 +40,7 @@ type core struct {
 
 	live  map[string]memberView // live members, self included
 	reach reach                 // whether the peer transport reaches a majority
+	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	jumps jumpReport            // refused epoch jumps, for the log
 
 	seq   uint64         // last lease round number
@@ -103,6 +104,7 @@ type memberView struct {
 	RosterVersion uint64 // the roster version it advertises
 	Expect        int    // the --expect it was started with (0: none)
 	Left          bool   // it left gracefully (not live)
+	PeerAddr      string // its peer transport address as gossip advertises it, "" when unknown
 }
 
 // outMsg is a message to send to a peer.
@@ -190,6 +192,7 @@ func (c *core) quorumMode() bool { return c.cfg.Consistency == Quorum }
 func (c *core) setMembers(now time.Time, members []memberView) {
 	c.live = map[string]memberView{}
 	c.left = map[string]bool{}
+	c.peers.learnAddrs(members)
 	var view []bully.Member
 	mine := c.roster().ClusterID
 	for _, mv := range members {
@@ -310,6 +313,7 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 // process carries out what the machine asks, in the order that keeps epochs
 // safe: persist the highest epoch, then queue messages, then lease work.
 func (c *core) process(now time.Time) {
+	defer c.forgetMootReasons()
 	for c.failed == nil {
 		rd := c.m.Ready()
 		if rd.RefusedEpoch != 0 {

@@ -89,6 +89,7 @@ func (a *Agent) syncMembers() {
 			RosterVersion: rv,
 			Expect:        expect,
 			Left:          m.Status == gossip.StatusLeft,
+			PeerAddr:      m.PeerAddr,
 		})
 		if m.Status == gossip.StatusAlive {
 			alive++
