@@ -192,7 +192,7 @@ func (c *core) quorumMode() bool { return c.cfg.Consistency == Quorum }
 func (c *core) setMembers(now time.Time, members []memberView) {
 	c.live = map[string]memberView{}
 	c.left = map[string]bool{}
-	c.peers.learnAddrs(members)
+	c.peers.learnAddrs(members, c.roster())
 	var view []bully.Member
 	mine := c.roster().ClusterID
 	for _, mv := range members {

@@ -34,14 +34,31 @@ const maxNamed = 5
 // peer that has not been tried for that long may have been repaired.
 const oldFailure = time.Minute
 
-// learnAddrs records the peer addresses the members advertise.
-func (p *peerBook) learnAddrs(members []memberView) {
-	if p.addr == nil {
-		p.addr = map[string]string{}
+// learnAddrs records the peer addresses the members advertise. It keeps
+// what it knows of the roster's voters that gossip no longer lists, and
+// forgets the other nodes it no longer lists, so that churn does not
+// make it grow.
+func (p *peerBook) learnAddrs(members []memberView, r leasing.Roster) {
+	keep := map[string]bool{}
+	for _, v := range r.Members() {
+		keep[v.Name] = true
 	}
+	addr := map[string]string{}
 	for _, mv := range members {
+		keep[mv.Name] = true
 		if mv.PeerAddr != "" {
-			p.addr[mv.Name] = mv.PeerAddr
+			addr[mv.Name] = mv.PeerAddr
+		}
+	}
+	for name, a := range p.addr {
+		if _, ok := addr[name]; !ok && keep[name] {
+			addr[name] = a
+		}
+	}
+	p.addr = addr
+	for name := range p.failed {
+		if !keep[name] {
+			delete(p.failed, name)
 		}
 	}
 }

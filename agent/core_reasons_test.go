@@ -299,3 +299,24 @@ func TestFollowerReportsRosterNeed(t *testing.T) {
 			st.status.Leader, st.quorum, r.c.noQuorum)
 	}
 }
+
+// TestPeerBookForgetsDepartedNodes: the addresses and failures of nodes
+// that gossip no longer lists and the roster does not name are dropped;
+// those of the roster's voters are kept, so a crashed voter is still
+// named at its address.
+func TestPeerBookForgetsDepartedNodes(t *testing.T) {
+	r := newRig(t, 3)
+	n7 := bully.Node{ID: 7, Name: "n7"}
+	view := []memberView{{Member: bully.Member{Node: rigSelf, Eligible: true}},
+		{Member: bully.Member{Node: n7}, PeerAddr: "10.0.0.17:7947"}}
+	r.c.setMembers(r.now, view)
+	r.c.sendFailed(r.now, n7, syscall.ECONNREFUSED)
+	r.c.sendFailed(r.now, bully.Node{ID: 2, Name: "n2"}, syscall.ECONNREFUSED)
+	r.c.setMembers(r.now, view[:1])
+	if _, ok := r.c.peers.addr["n7"]; ok || len(r.c.peers.failed) != 1 {
+		t.Errorf("n7 is remembered after it left: addr %v, failed %v", r.c.peers.addr, r.c.peers.failed)
+	}
+	if got := r.c.describePeer(r.now, "n2"); got != "n2 (10.0.0.12:7947, not alive in gossip): connection refused" {
+		t.Errorf("n2, a voter no longer listed, is described as %q", got)
+	}
+}
