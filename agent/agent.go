@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -303,7 +304,25 @@ func (a *Agent) followKeyring() error {
 		return fmt.Errorf("agent: keyring file %s does not exist, and no --encrypt key was given to create it", a.cfg.KeyringFile)
 	}
 	setKeys(primary, all)
+	a.warnOtherPrimary(primary)
 	return nil
+}
+
+// warnOtherPrimary warns when the keyring file holds the --encrypt key
+// but sends with another: this node missed a tenure keys use. If the
+// cluster has since removed the file's primary, the others cannot read
+// this node, and only their logs say so ("no installed keys could decrypt
+// the message"). If the cluster is still between use and remove (and
+// --encrypt was not updated yet), all is well; so this is a warning, not a
+// refusal.
+func (a *Agent) warnOtherPrimary(primary []byte) {
+	if len(a.cfg.EncryptKey) == 0 || bytes.Equal(primary, a.cfg.EncryptKey) {
+		return
+	}
+	a.log.Warn("the keyring file's primary key is not the --encrypt key, which it also holds: this node sends gossip with the file's primary. "+
+		"If the cluster already uses the --encrypt key (tenure keys list on another member shows it) and removed the old one, the others cannot read this node: "+
+		"run tenure keys use with the --encrypt key on this node, or stop it, remove the keyring file and start again",
+		"file", a.cfg.KeyringFile)
 }
 
 // advertisedPeerAddr is the peer address other agents should dial: the

@@ -40,6 +40,7 @@ type core struct {
 
 	live  map[string]memberView // live members, self included
 	reach reach                 // whether the peer transport reaches a majority
+	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	jumps jumpReport            // refused epoch jumps, for the log
 
 	seq   uint64         // last lease round number
@@ -115,6 +116,7 @@ type memberView struct {
 	Expect        int    // the --expect it was started with (0: none)
 	Zone          string // its failure domain (--zone)
 	Left          bool   // it left gracefully (not live)
+	PeerAddr      string // its peer transport address as gossip advertises it, "" when unknown
 }
 
 // outMsg is a message to send to a peer.
@@ -202,6 +204,7 @@ func (c *core) quorumMode() bool { return c.cfg.Consistency == Quorum }
 func (c *core) setMembers(now time.Time, members []memberView) {
 	c.live = map[string]memberView{}
 	c.left = map[string]bool{}
+	c.peers.learnAddrs(members, c.roster())
 	var view []bully.Member
 	mine := c.roster().ClusterID
 	for _, mv := range members {
@@ -344,6 +347,7 @@ func (c *core) recover(now time.Time) error {
 // process carries out what the machine asks, in the order that keeps epochs
 // safe: persist the highest epoch, then queue messages, then lease work.
 func (c *core) process(now time.Time) {
+	defer c.forgetMootReasons()
 	for c.failed == nil {
 		rd := c.m.Ready()
 		if rd.RefusedEpoch != 0 {

@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
@@ -60,7 +57,9 @@ func (c *core) evaluate(now time.Time) {
 		return
 	}
 	c.round = nil
-	c.quorum = rd.Quorum()
+	if rd.Kind == leasing.Acquire || rd.Epoch == c.lease.epoch {
+		c.quorum = rd.Quorum() // not a renewal of a term that has ended
+	}
 	if newer, ok := rd.NewerRoster(); ok {
 		c.adoptNewer(newer)
 	}
@@ -72,7 +71,7 @@ func (c *core) evaluate(now time.Time) {
 		c.m.Acquired(now, rd.Epoch)
 		c.lease.acting = c.leading() // an unwanted term is released at once
 	case rd.Kind == leasing.Acquire:
-		c.noQuorum = "no quorum: " + describeRefusals(rd)
+		c.acquireFailed(now, rd)
 		c.sendRelease(now, rd.Epoch, rd.Roster)
 		c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
 	case rd.Epoch != c.lease.epoch:
@@ -80,8 +79,7 @@ func (c *core) evaluate(now time.Time) {
 	case rd.Won():
 		c.extend(rd)
 	default:
-		c.log.Warn("lease renewal failed; retrying", "epoch", rd.Epoch, "granted", rd.Quorum().Have,
-			"need", rd.Quorum().Need, "remaining", c.lease.deadline.Sub(now))
+		c.renewalFailed(now, rd)
 		c.lease.renewAt = now.Add(c.cfg.Lease.RenewInterval() / 4)
 	}
 }
@@ -107,7 +105,7 @@ func (c *core) checkLease(now time.Time) {
 	if !now.Before(c.lease.deadline) {
 		c.log.Warn("lease expired without renewal: stepping down", "epoch", c.lease.epoch)
 		epoch := c.lease.epoch
-		c.lease.epoch = 0
+		c.lease.epoch, c.quorum = 0, leasing.Quorum{}
 		c.m.LeaseLost(now, epoch)
 		return
 	}
@@ -133,7 +131,7 @@ func (c *core) release(now time.Time, epoch uint64) {
 				held: c.holdResign(epoch)}
 		}
 		c.lease.epoch, c.lease.acting = 0, false
-		c.lease.deadline = time.Time{}
+		c.lease.deadline, c.quorum = time.Time{}, leasing.Quorum{}
 	}
 	if c.round != nil && c.round.Epoch == epoch {
 		c.round = nil
@@ -230,20 +228,4 @@ func (c *core) leaseRemaining(now time.Time) time.Duration {
 		return 0
 	}
 	return c.lease.deadline.Sub(now)
-}
-
-// describeRefusals says why a round failed, e.g. "1 of 3 needed grants
-// (refused: promised×2)".
-func describeRefusals(rd *leasing.Round) string {
-	var parts []string
-	for reason, n := range rd.Refusals() {
-		parts = append(parts, fmt.Sprintf("%s×%d", reason, n))
-	}
-	sort.Strings(parts)
-	q := rd.Quorum()
-	msg := fmt.Sprintf("%d of %d needed grants", q.Have, q.Need)
-	if len(parts) > 0 {
-		msg += " (refused: " + strings.Join(parts, ", ") + ")"
-	}
-	return msg
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -76,11 +75,11 @@ func (c *core) concludeProbe(now time.Time) {
 			c.noQuorum = ""
 		}
 	case c.m.Status().Leader.IsZero():
-		c.noQuorum = fmt.Sprintf("%s: %d of %d other voters answered over the peer transport",
-			unreachablePrefix, len(rc.replied), len(c.roster().Members())-1)
+		c.noQuorum = unreachablePrefix + ": " + c.describeSilent(now, c.probeSilent(), len(c.roster().Members()))
 	}
 	if ok == rc.cutOff {
-		c.log.Info("reachability of the voters changed", "reaches_majority", ok, "answered", len(rc.replied))
+		c.log.Info("reachability of the voters changed", "reaches_majority", ok, "answered", len(rc.replied),
+			"no_reply", c.listSilent(now, c.probeSilent()))
 	}
 	rc.cutOff, rc.sent = !ok, time.Time{}
 }

@@ -92,6 +92,7 @@ func (a *Agent) syncMembers() {
 			Expect:        expect,
 			Zone:          m.Tags[zoneTag],
 			Left:          m.Status == gossip.StatusLeft,
+			PeerAddr:      m.PeerAddr,
 		})
 		if m.Status == gossip.StatusAlive {
 			alive++

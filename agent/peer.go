@@ -46,7 +46,9 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 }
 
 // send delivers msg in the background; a reply is fed back to the core.
-// Lost messages are tolerated by the protocol, so failures are only logged.
+// Lost messages are tolerated by the protocol; a failure is reported to the
+// core (sendFailed), which names the peers it cannot reach in its reasons.
+// It runs on the driver goroutine.
 func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 	if a.isolated.Load() {
 		return
@@ -54,6 +56,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 	addr, ok := a.peerAddr(msg.to)
 	if !ok {
 		a.log.Debug("no peer address", "to", msg.to.Name)
+		a.core.sendFailed(a.cfg.Clock.Now(), msg.to, errNoPeerAddr)
 		return
 	}
 	body, err := encodeEnvelope(msg.env)
@@ -71,31 +74,51 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		resp, err := a.peers.Call(ctx, addr, body)
 		if err != nil {
 			a.log.Debug("peer message not delivered", "to", msg.to.Name, "err", err)
+			a.reportSendFailure(msg.to, err)
 			return
 		}
 		a.deliverReply(resp, msg.to)
 	}()
 }
 
+// reportSendFailure tells the core, on the driver goroutine, that a
+// message to `to` was not delivered. It runs on a send goroutine.
+func (a *Agent) reportSendFailure(to bully.Node, err error) {
+	if a.ctx.Err() != nil {
+		return // stopping: the failures are ours
+	}
+	_ = a.do(a.ctx, func() { a.core.sendFailed(a.cfg.Clock.Now(), to, err) })
+}
+
+// deliverReply feeds a peer's reply to the core, and tells it that the
+// peer answered. A reply from another node than the one called (its
+// address now belongs to another agent) counts as a failure.
 func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 	env, err := decodeEnvelope(resp)
 	if err != nil {
 		a.log.Warn("bad peer reply", "from", to.Name, "err", err)
+		a.reportSendFailure(to, fmt.Errorf("bad reply: %w", err))
 		return
 	}
 	if m := env.Bully; m != nil && m.From != to {
 		a.log.Warn("peer reply from the wrong node", "want", to, "got", m.From)
+		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", m.From.Name))
 		return
 	}
 	if r := env.LeaseReply; r != nil && toBully(r.Voter) != to {
 		a.log.Warn("lease reply from the wrong node", "want", to, "got", r.Voter)
+		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", r.Voter.Name))
 		return
 	}
-	if env == (envelope{Version: peerVersion}) {
-		return
-	}
+	empty := env == (envelope{Version: peerVersion})
 	_ = a.do(a.ctx, func() {
-		a.core.receive(a.cfg.Clock.Now(), env)
+		cleared := a.core.peerReplied(to)
+		if empty && !cleared {
+			return
+		}
+		if !empty {
+			a.core.receive(a.cfg.Clock.Now(), env)
+		}
 		a.flush()
 	})
 }

@@ -53,15 +53,20 @@ func preflight(c Config) (Config, error) {
 }
 
 // checkKeyringFile refuses a keyring file that is corrupt or lacks the
-// --encrypt key, naming the file and the ways out: the file's keys would
-// be used, and the key given silently ignored.
+// --encrypt key, naming the file and the ways out. The agent does not
+// start: the file's keys would be used and the key given ignored, and if
+// the cluster uses that key, the agent could never be understood by the
+// others, a failure that shows only as decryption errors on other hosts.
 func checkKeyringFile(path string, key []byte) error {
 	if path == "" {
 		return nil
 	}
 	err := gossip.CheckKeyringFile(path, key)
 	if errors.Is(err, gossip.ErrKeyNotInKeyring) {
-		return fmt.Errorf("agent: %w: either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove %s",
+		return fmt.Errorf("agent: %w, and the file wins over --encrypt once it exists: refusing to start. "+
+			"If the cluster uses the --encrypt key (this host missed a key rotation, or was once started with another key), remove %s and start again: it is created from --encrypt. "+
+			"If the cluster still uses the file's key and --encrypt is a new one, start without --encrypt and move the cluster to the new key with tenure keys install KEY, then tenure keys use KEY. "+
+			"tenure keys list on a running member shows the keys the cluster uses",
 			err, path)
 	}
 	if err != nil {

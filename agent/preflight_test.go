@@ -175,7 +175,9 @@ func TestKeyringFileIsAlwaysUsed(t *testing.T) {
 	a.Halt()
 
 	cfg.EncryptKey = newKey(t)
-	startRefused(t, cfg, "agent: gossip: the encrypt key is not in the keyring file "+file+" (it holds 1 other key): either start without --encrypt (the file's keys are used) and move the running cluster to the new key with tenure keys install KEY then tenure keys use KEY, or, if the cluster already uses the --encrypt key, remove "+file)
+	startRefused(t, cfg, "agent: gossip: the encrypt key is not in the keyring file "+file+" (it holds 1 other key), and the file wins over --encrypt once it exists: refusing to start. "+
+		"If the cluster uses the --encrypt key (this host missed a key rotation, or was once started with another key), remove "+file+" and start again: it is created from --encrypt. "+
+		"If the cluster still uses the file's key and --encrypt is a new one, start without --encrypt and move the cluster to the new key with tenure keys install KEY, then tenure keys use KEY.")
 }
 
 func must(t *testing.T, err error) {

@@ -24,7 +24,7 @@ type snapshot struct {
 // snapshot captures the core's view at now.
 func (c *core) snapshot(now time.Time) snapshot {
 	st := c.m.Status()
-	s := snapshot{status: st, quorum: c.quorum, roster: c.roster()}
+	s := snapshot{status: st, quorum: c.statusQuorum(), roster: c.roster()}
 	if c.leading() && c.quorumMode() {
 		s.deadline = c.lease.deadline
 	}

@@ -30,6 +30,7 @@ type Round struct {
 	newer    *Roster
 	maxWait  time.Duration // longest promise to another holder among refusals
 	refusals map[Reason]int
+	reasons  map[string]Reason // each refusing voter's reason, by name
 }
 
 // NewRound starts round seq at sent.
@@ -37,6 +38,7 @@ func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, bud
 	return &Round{
 		Seq: seq, Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget),
 		granted: map[string]bool{}, replied: map[string]bool{}, refusals: map[Reason]int{},
+		reasons: map[string]Reason{},
 	}
 }
 
@@ -59,6 +61,7 @@ func (r *Round) Add(rep Reply) {
 		return
 	}
 	r.refusals[rep.Reason]++
+	r.reasons[rep.Voter.Name] = rep.Reason
 	if rep.Reason == ReasonPromised {
 		r.maxWait = max(r.maxWait, rep.Remaining)
 	}
@@ -83,16 +86,11 @@ func (r *Round) Lost(now time.Time) bool {
 	return !possible || !now.Before(r.Budget)
 }
 
-// Quorum returns the grants so far among Voters against the majority
-// needed (for a joint roster, a majority of Prev is needed as well).
+// Quorum returns the grants so far against the majority needed, as
+// Roster.Count does: for a joint roster, of the set further from its
+// majority. Have >= Need exactly when the round is won.
 func (r *Round) Quorum() Quorum {
-	have := 0
-	for _, v := range r.Roster.Voters {
-		if r.granted[v.Name] {
-			have++
-		}
-	}
-	return Quorum{Have: have, Need: r.Roster.Majority()}
+	return r.Roster.Count(func(n Node) bool { return r.granted[n.Name] })
 }
 
 // Granted returns the names of the voters that granted.

@@ -47,9 +47,10 @@ type Status struct {
 	Consistency string `msgpack:"consistency" json:"consistency"`
 	// Reason says why there is no leader, when known.
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
-	// Quorum is the last lease round's count of grants against the
-	// majority it needed, as this node saw it (quorum mode; nil before any
-	// round).
+	// Quorum is this node's own lease count: the grants of its last lease
+	// round (0 when it runs none, as a follower) against the grants a
+	// lease needs under its roster (quorum mode; nil in available mode).
+	// See docs/PROTOCOL.md §6.1.
 	Quorum *QuorumInfo `msgpack:"quorum" json:"quorum"`
 	// Roster is the voter roster this node knows (quorum mode; nil before
 	// it has one).
@@ -60,7 +61,8 @@ type Status struct {
 type QuorumInfo struct {
 	// Have is how many voters granted.
 	Have int `msgpack:"have" json:"have"`
-	// Need is the majority of the roster.
+	// Need is the majority of the roster (of a joint roster, of the set
+	// further from its majority): Have >= Need exactly when the round won.
 	Need int `msgpack:"need" json:"need"`
 }
 

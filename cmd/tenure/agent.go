@@ -81,7 +81,10 @@ func runAgent(c *cli.Context) error {
 		// data dir it cannot write, corrupt state, a state file that is
 		// not a regular file, no cluster key on an address other hosts
 		// reach, a keyring file without the --encrypt key, a socket in use.
-		return fail(2, "tenure agent: %v", err)
+		// It is one ERROR record in the agent's log format (text or JSON),
+		// where the agent's other records go.
+		cfg.Logger.Error("tenure agent: cannot start", "err", err)
+		return fail(2, "")
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

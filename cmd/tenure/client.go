@@ -96,15 +96,26 @@ func printStatus(w io.Writer, st rpc.Status) {
 	}
 	fmt.Fprintf(tw, "members:\t%d alive\n", st.Members)
 	fmt.Fprintf(tw, "consistency:\t%s\n", st.Consistency)
-	if st.Quorum != nil && st.Quorum.Need > 0 {
-		fmt.Fprintf(tw, "quorum:\t%d grants, %d needed (last lease round)\n", st.Quorum.Have, st.Quorum.Need)
-	}
+	printQuorum(tw, st)
 	if r := st.Roster; r != nil {
 		fmt.Fprintf(tw, "roster:\tv%d of cluster %s: %s\n", r.Version, r.ClusterID, strings.Join(r.Voters, " "))
 	} else if st.Consistency == "quorum" {
 		fmt.Fprintf(tw, "roster:\tnone yet (bootstrap with --expect N, or wait to be admitted)\n")
 	}
 	tw.Flush()
+}
+
+// printQuorum prints the count of this node's last lease round; a node
+// that runs none (a follower) shows only what a lease needs.
+func printQuorum(w io.Writer, st rpc.Status) {
+	q := st.Quorum
+	switch {
+	case q == nil || q.Need == 0:
+	case q.Have > 0 || st.State == "leader" || st.State == "candidate" || st.State == "no-quorum":
+		fmt.Fprintf(w, "quorum:\t%d grants, %d needed (last lease round)\n", q.Have, q.Need)
+	default:
+		fmt.Fprintf(w, "quorum:\t%d grants needed (this node runs no lease round)\n", q.Need)
+	}
 }
 
 func leaderCommand() *cli.Command {

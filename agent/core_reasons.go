@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// peerBook is what the core knows of each peer's reach over the peer
+// transport, for the reasons status and logs give: the peer address gossip
+// last advertised for it (kept after it stops being listed alive), and the
+// last failure to deliver a message to it, until a reply from it shows the
+// path works again. The driver reports both (sendFailed, peerReplied);
+// nothing in the protocol depends on them.
+type peerBook struct {
+	addr   map[string]string      // by node name
+	failed map[string]peerFailure // by node name
+	logged string                 // the last failed acquire's reason logged
+}
+
+// peerFailure is the last failure to deliver a message to a peer.
+type peerFailure struct {
+	at    time.Time
+	cause string // in a few words: "connection refused", "i/o timeout"
+}
+
+// maxNamed bounds how many voters one reason names; the rest are counted.
+const maxNamed = 5
+
+// oldFailure is the age from which a peer failure is shown with its age: a
+// peer that has not been tried for that long may have been repaired.
+const oldFailure = time.Minute
+
+// learnAddrs records the peer addresses the members advertise. It keeps
+// what it knows of the roster's voters that gossip no longer lists, and
+// forgets the other nodes it no longer lists, so that churn does not
+// make it grow.
+func (p *peerBook) learnAddrs(members []memberView, r leasing.Roster) {
+	keep := map[string]bool{}
+	for _, v := range r.Members() {
+		keep[v.Name] = true
+	}
+	addr := map[string]string{}
+	for _, mv := range members {
+		keep[mv.Name] = true
+		if mv.PeerAddr != "" {
+			addr[mv.Name] = mv.PeerAddr
+		}
+	}
+	for name, a := range p.addr {
+		if _, ok := addr[name]; !ok && keep[name] {
+			addr[name] = a
+		}
+	}
+	p.addr = addr
+	for name := range p.failed {
+		if !keep[name] {
+			delete(p.failed, name)
+		}
+	}
+}
+
+// sendFailed records that a message to `to` could not be delivered at now
+// (err is the driver's error: a refused connection, a timeout, a failed
+// TLS handshake, an error answered by the peer). The first failure after a
+// working path is logged.
+func (c *core) sendFailed(now time.Time, to bully.Node, err error) {
+	p := &c.peers
+	if p.failed == nil {
+		p.failed = map[string]peerFailure{}
+	}
+	_, was := p.failed[to.Name]
+	cause := peerCause(err)
+	p.failed[to.Name] = peerFailure{at: now, cause: cause}
+	if !was {
+		c.log.Warn("peer messages to a member are not delivered", "member", to.Name,
+			"peer_addr", p.addr[to.Name], "err", cause)
+	}
+}
+
+// peerReplied records that `from` answered a message, which clears its
+// failure; it reports whether there was one.
+func (c *core) peerReplied(from bully.Node) bool {
+	if _, ok := c.peers.failed[from.Name]; !ok {
+		return false
+	}
+	delete(c.peers.failed, from.Name)
+	c.log.Info("peer messages to a member are delivered again", "member", from.Name)
+	return true
+}
+
+// describePeer names a voter for a reason: its peer address (or that none
+// is known), whether gossip lists it alive, and the last failure to reach
+// it, e.g. "n2 (10.0.0.12:7947): connection refused".
+func (c *core) describePeer(now time.Time, name string) string {
+	addr := c.peers.addr[name]
+	if addr == "" {
+		addr = "no peer address known"
+	}
+	if _, live := c.live[name]; !live {
+		addr += ", not alive in gossip"
+	}
+	s := name + " (" + addr + ")"
+	if f, ok := c.peers.failed[name]; ok {
+		s += ": " + f.cause
+		if age := now.Sub(f.at); age >= oldFailure {
+			s += fmt.Sprintf(" (%v ago)", age.Truncate(time.Minute))
+		}
+	}
+	return s
+}
+
+// describeSilent says which voters did not answer, of how many: "no reply
+// from 2 of 3 voters: n2 (10.0.0.12:7947): connection refused; n3
+// (10.0.0.13:7947): i/o timeout". It names at most maxNamed.
+func (c *core) describeSilent(now time.Time, silent []leasing.Node, voters int) string {
+	return fmt.Sprintf("no reply from %d of %d voters: %s", len(silent), voters,
+		c.listSilent(now, silent))
+}
+
+// describeUnanswered is describeSilent for a round that ended before its
+// budget (the refusals already made a majority impossible): the silent
+// voters had no reply yet.
+func (c *core) describeUnanswered(now time.Time, silent []leasing.Node, voters int) string {
+	return fmt.Sprintf("no reply yet from %d of %d voters: %s", len(silent), voters,
+		c.listSilent(now, silent))
+}
+
+// listSilent names silent voters as describeSilent does, without the count.
+func (c *core) listSilent(now time.Time, silent []leasing.Node) string {
+	return joinBounded(len(silent), "; ", func(i int) string { return c.describePeer(now, silent[i].Name) })
+}
+
+// listRefused names the voters that refused, with their reasons:
+// "n2 (promised), n4 (stale-epoch)".
+func listRefused(refused []leasing.Refusal) string {
+	return joinBounded(len(refused), ", ", func(i int) string {
+		return fmt.Sprintf("%s (%s)", refused[i].Voter.Name, refused[i].Reason)
+	})
+}
+
+// joinBounded joins the first maxNamed of n items, then "and k more".
+func joinBounded(n int, sep string, item func(int) string) string {
+	parts := make([]string, 0, min(n, maxNamed)+1)
+	for i := 0; i < n && i < maxNamed; i++ {
+		parts = append(parts, item(i))
+	}
+	if n > maxNamed {
+		parts = append(parts, fmt.Sprintf("and %d more", n-maxNamed))
+	}
+	return strings.Join(parts, sep)
+}
+
+// describeRound says why a lease round failed: the grants against the
+// need, who refused and why, and who did not answer, e.g. "1 of 2 needed
+// grants; refused: n2 (promised); no reply from 1 of 3 voters: n3
+// (10.0.0.13:7947): connection refused".
+func (c *core) describeRound(now time.Time, rd *leasing.Round) string {
+	q := rd.Quorum()
+	msg := fmt.Sprintf("%d of %d needed grants", q.Have, q.Need)
+	if rd.Roster.Joint() {
+		msg += " (a voter change is under way: a majority of the old voters and of the new ones is needed)"
+	}
+	if refused := rd.Refused(); len(refused) > 0 {
+		msg += "; refused: " + listRefused(refused)
+	}
+	switch silent := rd.Silent(); {
+	case len(silent) == 0:
+	case now.Before(rd.Budget):
+		msg += "; " + c.describeUnanswered(now, silent, len(rd.Roster.Members()))
+	default:
+		msg += "; " + c.describeSilent(now, silent, len(rd.Roster.Members()))
+	}
+	return msg
+}
+
+// acquireFailed records why an acquire round failed, for status, and logs
+// the reason when it differs from the last one logged.
+func (c *core) acquireFailed(now time.Time, rd *leasing.Round) {
+	c.noQuorum = "no quorum: " + c.describeRound(now, rd)
+	if c.noQuorum != c.peers.logged {
+		c.peers.logged = c.noQuorum
+		c.log.Info("lease not acquired", "epoch", rd.Epoch, "reason", c.noQuorum)
+	}
+}
+
+// renewalFailed logs a failed renewal of the lease this node holds: the
+// grants against the need, who refused (and why), who did not answer.
+func (c *core) renewalFailed(now time.Time, rd *leasing.Round) {
+	q := rd.Quorum()
+	c.log.Warn("lease renewal failed; retrying", "epoch", rd.Epoch, "granted", q.Have, "need", q.Need,
+		"refused", listRefused(rd.Refused()), "no_reply", c.listSilent(now, rd.Silent()),
+		"remaining", c.lease.deadline.Sub(now))
+}
+
+// probeSilent returns the other voters of the roster that did not answer
+// the reach probe in flight.
+func (c *core) probeSilent() []leasing.Node {
+	var out []leasing.Node
+	for _, v := range c.roster().Members() {
+		if toBully(v) != c.cfg.Self && !c.reach.replied[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// forgetMootReasons drops why this node could not lead, and its last
+// round's count, once another node leads: they no longer describe the
+// cluster, and would show again, stale, when that leader is gone.
+func (c *core) forgetMootReasons() {
+	if l := c.m.Status().Leader; !l.IsZero() && l != c.cfg.Self {
+		c.noQuorum, c.quorum = "", leasing.Quorum{}
+	}
+}
+
+// statusQuorum is the count status reports: the last round of this node's
+// lease or campaign, or none, against the need of the roster.
+func (c *core) statusQuorum() leasing.Quorum {
+	q := c.quorum
+	if q.Need == 0 {
+		q.Need = c.roster().Need()
+	}
+	return q
+}

@@ -1,0 +1,322 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// rig drives one core by hand. The core is n9, an eligible observer (it is
+// in no roster, so it holds no vote of its own), and its peers are voters
+// played by the test: each answers as its behaviour says, or its messages
+// fail with an error, as the driver reports a failed send.
+type rig struct {
+	t     *testing.T
+	c     *core
+	now   time.Time
+	peers map[string]peerPlay
+	held  []outMsg // lease requests of held peers, not yet answered
+	logs  *testlog.Buffer
+}
+
+// peerPlay is how a played peer answers.
+type peerPlay struct {
+	grant  bool           // grants lease requests
+	refuse leasing.Reason // refuses them with this reason
+	err    error          // every message to it fails with err
+	silent bool           // never answers, and no error is seen
+	hold   bool           // its lease replies wait until release
+}
+
+var rigSelf = bully.Node{ID: 9, Name: "n9"}
+
+// newRig starts n9 with a roster of voters n1..nN, each at 10.0.0.1i:7947.
+func newRig(t *testing.T, voters int) *rig {
+	var ns []leasing.Node
+	for i := 1; i <= voters; i++ {
+		ns = append(ns, leasing.Node{ID: uint64(i), Name: fmt.Sprintf("n%d", i)})
+	}
+	e := LocalElection()
+	e.Rand = rand.New(rand.NewPCG(testlog.Seed(t), 1))
+	cfg := coreConfig{Self: rigSelf, Eligible: true, Consistency: Quorum,
+		Lease: leasing.DefaultTiming().WithTTL(2 * time.Second), Election: e}
+	logs := &testlog.Buffer{}
+	st := coreStores{epochs: &memStore{}, grants: &memStore{},
+		rosters: &memRoster{r: leasing.Bootstrap(ns)}, pledges: &memRoster{}}
+	now := time.Unix(1000, 0)
+	c, err := newCore(cfg, st, slog.New(slog.NewTextHandler(logs, nil)), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, c: c, now: now, peers: map[string]peerPlay{}, logs: logs}
+	view := []memberView{{Member: bully.Member{Node: rigSelf, Eligible: true}}}
+	for _, n := range ns {
+		r.peers[n.Name] = peerPlay{grant: true}
+		view = append(view, memberView{Member: bully.Member{Node: toBully(n)}, Voter: true,
+			Cluster: leasing.Bootstrap(ns).ClusterID, RosterVersion: 1, PeerAddr: fmt.Sprintf("10.0.0.1%d:7947", n.ID)})
+	}
+	c.setMembers(now, view)
+	return r
+}
+
+// run ticks the core for d in 10 ms steps, delivering its messages.
+func (r *rig) run(d time.Duration) {
+	for end := r.now.Add(d); r.now.Before(end); {
+		r.now = r.now.Add(10 * time.Millisecond)
+		r.c.tick(r.now)
+		r.deliver()
+	}
+}
+
+// deliver plays the peers' part for the messages the core queued.
+func (r *rig) deliver() {
+	for i := 0; i < 100; i++ {
+		out := r.c.ready()
+		if len(out) == 0 {
+			return
+		}
+		for _, m := range out {
+			r.answer(m)
+		}
+	}
+	r.t.Fatal("the core keeps sending")
+}
+
+func (r *rig) answer(m outMsg) {
+	p := r.peers[m.to.Name]
+	switch {
+	case p.err != nil:
+		r.c.sendFailed(r.now, m.to, p.err)
+		return
+	case p.silent:
+		return
+	case p.hold && m.env.Lease != nil:
+		r.held = append(r.held, m)
+		return
+	}
+	r.c.peerReplied(m.to)
+	if reply := r.reply(m, p); reply != nil {
+		r.c.receive(r.now, *reply)
+	}
+}
+
+// reply is a played peer's answer to m, if any.
+func (r *rig) reply(m outMsg, p peerPlay) *envelope {
+	switch env := m.env; {
+	case env.FloorQuery:
+		return &envelope{Floor: &floorReply{From: m.to}}
+	case env.Lease != nil && env.Lease.Kind != leasing.Release:
+		rep := leasing.Reply{Seq: env.Lease.Seq, Epoch: env.Lease.Epoch, Voter: toLeasing(m.to), Highest: env.Lease.Epoch}
+		if rep.Granted = p.grant; !p.grant {
+			rep.Reason, rep.Highest = p.refuse, 0
+		}
+		return &envelope{LeaseReply: &rep}
+	}
+	return nil
+}
+
+// release answers the held lease requests.
+func (r *rig) release() {
+	held := r.held
+	r.held = nil
+	for _, m := range held {
+		r.c.receive(r.now, *r.reply(m, peerPlay{grant: true}))
+	}
+	r.deliver()
+}
+
+func (r *rig) status() snapshot { return r.c.snapshot(r.now) }
+
+// runUntil runs the rig until cond holds of its status, for at most d, and
+// returns the last status.
+func (r *rig) runUntil(d time.Duration, cond func(snapshot) bool) snapshot {
+	for end := r.now.Add(d); r.now.Before(end) && !cond(r.status()); {
+		r.run(10 * time.Millisecond)
+	}
+	return r.status()
+}
+
+// TestCutOffNodeNamesUnreachableVoters: a node whose peer messages to most
+// voters fail says, in status, which voters did not answer its reach
+// probe, at which peer address, and the error its messages to them got.
+func TestCutOffNodeNamesUnreachableVoters(t *testing.T) {
+	r := newRig(t, 3)
+	r.peers["n2"] = peerPlay{err: fmt.Errorf("gossip: call 10.0.0.12:7947: %w", syscall.ECONNREFUSED)}
+	r.peers["n3"] = peerPlay{err: fmt.Errorf("gossip: call 10.0.0.13:7947: context deadline exceeded: %w", errTimeout{})}
+	r.run(5 * time.Second)
+	st := r.status()
+	want := "no quorum: cannot reach a majority of the voters: no reply from 2 of 3 voters: " +
+		"n2 (10.0.0.12:7947): connection refused; n3 (10.0.0.13:7947): i/o timeout"
+	if st.state != "no-quorum" || st.reason != want {
+		t.Fatalf("state %q, reason %q; want no-quorum and %q", st.state, st.reason, want)
+	}
+	if logs := r.logs.String(); !containsAll(logs, "peer messages to a member are not delivered", "member=n2", "err=\"connection refused\"") {
+		t.Errorf("the first failure to reach n2 is not logged:\n%s", logs)
+	}
+	r.peers["n2"] = peerPlay{grant: true}
+	if _, err := r.c.leaderAfter(r, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if logs := r.logs.String(); !containsAll(logs, "peer messages to a member are delivered again", "member=n2") {
+		t.Errorf("the repair of n2 is not logged:\n%s", logs)
+	}
+}
+
+// errTimeout is a net.Error that timed out.
+type errTimeout struct{}
+
+func (errTimeout) Error() string   { return "i/o timeout" }
+func (errTimeout) Timeout() bool   { return true }
+func (errTimeout) Temporary() bool { return true }
+
+// leaderAfter runs the rig until its core leads, for at most d.
+func (c *core) leaderAfter(r *rig, d time.Duration) (time.Duration, error) {
+	begin := r.now
+	for end := r.now.Add(d); r.now.Before(end); r.run(10 * time.Millisecond) {
+		if c.leaseValid(r.now) {
+			return r.now.Sub(begin), nil
+		}
+	}
+	st := r.status()
+	return 0, fmt.Errorf("no lease after %v: state %q, reason %q", d, st.state, st.reason)
+}
+
+// TestFailedAcquireNamesRefusalsAndSilence: a failed acquire says how many
+// grants it had of how many needed, which voters refused and why, and
+// which did not answer, with their peer address and last error; status,
+// its quorum count and the log agree.
+func TestFailedAcquireNamesRefusalsAndSilence(t *testing.T) {
+	r := newRig(t, 5)
+	r.peers["n2"] = peerPlay{refuse: leasing.ReasonPromised}
+	r.peers["n3"] = peerPlay{refuse: leasing.ReasonStaleEpoch}
+	r.peers["n5"] = peerPlay{silent: true}
+	r.c.sendFailed(r.now, bully.Node{ID: 5, Name: "n5"},
+		fmt.Errorf("gossip: call 10.0.0.15:7947: gossip: peer unreachable: dial tcp 10.0.0.15:7947: connect: %w", syscall.EHOSTUNREACH))
+	st := r.runUntil(3*time.Second, func(st snapshot) bool { return st.state == "no-quorum" })
+	want := "no quorum: 2 of 3 needed grants; refused: n2 (promised), n3 (stale-epoch); " +
+		"no reply from 1 of 5 voters: n5 (10.0.0.15:7947): no route to host"
+	if st.state != "no-quorum" || st.reason != want {
+		t.Fatalf("state %q, reason %q; want no-quorum and %q", st.state, st.reason, want)
+	}
+	if st.quorum != (leasing.Quorum{Have: 2, Need: 3}) {
+		t.Errorf("quorum %+v, want the failed round's 2 of 3", st.quorum)
+	}
+	if logs := r.logs.String(); !strings.Contains(logs, "lease not acquired") || !strings.Contains(logs, "refused: n2 (promised)") {
+		t.Errorf("the failed acquire is not logged with its reason:\n%s", logs)
+	}
+}
+
+// TestReasonsAreBounded: a reason names at most five voters.
+func TestReasonsAreBounded(t *testing.T) {
+	r := newRig(t, 9)
+	for i := 2; i <= 8; i++ {
+		r.peers[fmt.Sprintf("n%d", i)] = peerPlay{err: syscall.ECONNREFUSED}
+	}
+	r.run(3 * time.Second)
+	st := r.status()
+	if !strings.HasSuffix(st.reason, "n6 (10.0.0.16:7947): connection refused; and 2 more") || strings.Contains(st.reason, "n7") {
+		t.Fatalf("reason %q: want five voters named, then \"and 2 more\"", st.reason)
+	}
+}
+
+// TestRenewalFailureNamesVoters: the log of a failed renewal says which
+// voters refused, with their reasons, and which did not answer, and never
+// reports as many grants as needed.
+func TestRenewalFailureNamesVoters(t *testing.T) {
+	r := newRig(t, 3)
+	if _, err := r.c.leaderAfter(r, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.peers["n1"] = peerPlay{refuse: leasing.ReasonNotHolder}
+	r.peers["n2"] = peerPlay{err: syscall.ECONNREFUSED}
+	r.run(time.Second)
+	logs := r.logs.String()
+	if !containsAll(logs, "lease renewal failed", "granted=1 need=2", `refused="n1 (not-holder)"`,
+		`no_reply="n2 (10.0.0.12:7947): connection refused"`) {
+		t.Fatalf("renewal failure log:\n%s", logs)
+	}
+}
+
+// TestEndedTermShowsNoQuorum: once a term has ended (here by resign), the
+// count of its last renewal no longer describes the node: status must not
+// show a quorum for a node that does not lead. It used to keep the last
+// renewal's "2 grants, 2 needed" through the campaigns that followed.
+func TestEndedTermShowsNoQuorum(t *testing.T) {
+	r := newRig(t, 3)
+	if _, err := r.c.leaderAfter(r, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.run(time.Second) // renewals
+	if st := r.status(); st.quorum != (leasing.Quorum{Have: 2, Need: 2}) {
+		t.Fatalf("setup: leader's quorum %+v, want 2 of 2", st.quorum)
+	}
+	if err := r.c.resign(r.now); err != nil {
+		t.Fatal(err)
+	}
+	r.c.stopped(r.now, r.c.stopping.epoch)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		r.peers[n] = peerPlay{silent: true}
+	}
+	for end := r.now.Add(5 * time.Second); r.now.Before(end); r.run(10 * time.Millisecond) {
+		if st := r.status(); st.state != "leader" && st.quorum.Have >= st.quorum.Need {
+			t.Fatalf("after its term ended: state %q, quorum %+v", st.state, st.quorum)
+		}
+	}
+}
+
+// TestFollowerReportsRosterNeed: a follower, which runs no lease round,
+// reports the roster's need (it used to report 0), and a failed acquire of
+// its own stops being the reason once a leader is known.
+func TestFollowerReportsRosterNeed(t *testing.T) {
+	r := newRig(t, 3)
+	for _, n := range []string{"n2", "n3"} {
+		r.peers[n] = peerPlay{refuse: leasing.ReasonPromised}
+	}
+	if st := r.runUntil(3*time.Second, func(st snapshot) bool { return st.state == "no-quorum" }); st.state != "no-quorum" || st.quorum != (leasing.Quorum{Have: 1, Need: 2}) {
+		t.Fatalf("setup: state %q quorum %+v, want no-quorum after 1 of 2 grants", st.state, st.quorum)
+	}
+	n10 := bully.Node{ID: 10, Name: "n10"}
+	view := []memberView{{Member: bully.Member{Node: rigSelf, Eligible: true}}, {Member: bully.Member{Node: n10, Eligible: true}}}
+	for _, mv := range r.c.live {
+		if mv.Node != rigSelf {
+			view = append(view, mv)
+		}
+	}
+	r.c.setMembers(r.now, view)
+	r.c.receive(r.now, envelope{Bully: &bully.Message{Type: bully.MsgCoordinator, From: n10, To: rigSelf,
+		Leader: n10, Term: 50, Epoch: 50}})
+	st := r.status()
+	if st.status.Leader != n10 || st.quorum != (leasing.Quorum{Need: 2}) || r.c.noQuorum != "" {
+		t.Fatalf("following n10: leader %v, quorum %+v, stale reason %q; want n10, 0 of 2, no reason",
+			st.status.Leader, st.quorum, r.c.noQuorum)
+	}
+}
+
+// TestPeerBookForgetsDepartedNodes: the addresses and failures of nodes
+// that gossip no longer lists and the roster does not name are dropped;
+// those of the roster's voters are kept, so a crashed voter is still
+// named at its address.
+func TestPeerBookForgetsDepartedNodes(t *testing.T) {
+	r := newRig(t, 3)
+	n7 := bully.Node{ID: 7, Name: "n7"}
+	view := []memberView{{Member: bully.Member{Node: rigSelf, Eligible: true}},
+		{Member: bully.Member{Node: n7}, PeerAddr: "10.0.0.17:7947"}}
+	r.c.setMembers(r.now, view)
+	r.c.sendFailed(r.now, n7, syscall.ECONNREFUSED)
+	r.c.sendFailed(r.now, bully.Node{ID: 2, Name: "n2"}, syscall.ECONNREFUSED)
+	r.c.setMembers(r.now, view[:1])
+	if _, ok := r.c.peers.addr["n7"]; ok || len(r.c.peers.failed) != 1 {
+		t.Errorf("n7 is remembered after it left: addr %v, failed %v", r.c.peers.addr, r.c.peers.failed)
+	}
+	if got := r.c.describePeer(r.now, "n2"); got != "n2 (10.0.0.12:7947, not alive in gossip): connection refused" {
+		t.Errorf("n2, a voter no longer listed, is described as %q", got)
+	}
+}
