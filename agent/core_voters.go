@@ -130,12 +130,13 @@ func oddDown(n int) int {
 }
 
 // mustGo reports whether voter v leaves the set: it left, was force-left,
-// or has been missing for DeadVoterTimeout. The leader itself never does.
+// was restarted with --voter=false, or has been missing for
+// DeadVoterTimeout. The leader itself never does.
 func (c *core) mustGo(now time.Time, v leasing.Node) bool {
 	if toBully(v) == c.cfg.Self {
 		return false
 	}
-	if c.left[v.Name] {
+	if mv, live := c.live[v.Name]; c.left[v.Name] || (live && !mv.Voter) {
 		return true
 	}
 	if _, ok := c.forced[v.Name]; ok {
