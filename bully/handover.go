@@ -171,13 +171,16 @@ func (m *Machine) awaiting(now time.Time) bool {
 func (m *Machine) taking(now time.Time) bool { return now.Before(m.ho.takeUntil) }
 
 // takeOver makes this node, named successor, win at once: no ELECTION, no
-// rank delay. The lease round still decides (Ready.Acquire). A node that
-// cannot lead now does nothing: the others start the normal election when
-// their transfer window ends.
+// rank delay. The lease round still decides (Ready.Acquire). Being named
+// ends a hold of this node's own resign: the operator asked for it by
+// name. A node that cannot lead now (ineligible, cut off from the voters)
+// does nothing: the others start the normal election when their transfer
+// window ends.
 func (m *Machine) takeOver(now time.Time) {
-	if !m.cfg.Self.Eligible || m.cutOff || now.Before(m.holdUntil) || m.state == StateLeader {
+	if !m.cfg.Self.Eligible || m.cutOff || m.state == StateLeader {
 		return
 	}
+	m.holdUntil = time.Time{}
 	if m.state != StateAcquiring {
 		m.win()
 	}

@@ -250,3 +250,27 @@ func (s *sim) setEligible(name string, eligible bool) {
 	s.flush(name)
 	s.syncViews()
 }
+
+// TestTransferBackToHoldingNode: a node named successor takes over even
+// while it holds after its own resign or transfer: the operator named it.
+func TestTransferBackToHoldingNode(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", names...)
+	n1, n3 := s.nodes["n1"], s.nodes["n3"]
+	if err := n3.m.ResignWith(s.now, Handover{Successor: n1.member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(200 * time.Millisecond)
+	second := s.agree("n1", names...)
+	if err := n1.m.ResignWith(s.now, Handover{Successor: n3.member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n1")
+	s.run(200 * time.Millisecond)
+	if got := s.agree("n3", names...); got <= second {
+		t.Fatalf("n3 leads epoch %d, want > %d", got, second)
+	}
+}
