@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,8 +97,14 @@ func (h *handOver) checkMovedOnce(to string) {
 			terms = append(terms, fmt.Sprintf("%s@%d", iv.node, iv.epoch))
 		}
 	}
-	if len(terms) != 2 || terms[0] != fmt.Sprintf("n3@%d", h.first) || terms[1][:len(to)+1] != to+"@" {
-		h.t.Fatalf("commands ran in terms %v; want n3's, then one of %s", terms, to)
+	// A lease of to's that lapses under load and is won again by to is a
+	// later term on the same node, not a move.
+	moved := len(terms) >= 2 && terms[0] == fmt.Sprintf("n3@%d", h.first)
+	for _, term := range terms[min(1, len(terms)):] {
+		moved = moved && strings.HasPrefix(term, to+"@")
+	}
+	if !moved {
+		h.t.Fatalf("commands ran in terms %v; want n3's, then only %s's", terms, to)
 	}
 	h.checkNoOverlap(ivs)
 	if next, _ := h.started(to, h.first+1); !next.Before(h.deadline) {
@@ -140,10 +148,12 @@ func TestDrainSurvivesRestartAndLifts(t *testing.T) {
 	}
 	delete(c.agents, "n3")
 	c.start(c.config("n3", 3))
+	led := watchBecameLeader(t, c.agents["n3"])
 	waitMember(t, c.agents["n1"], "n3", func(m rpc.Member) bool { return m.Status == rpc.MemberAlive && m.Drained && !m.Eligible })
 	time.Sleep(settleTime())
-	if got := c.waitLeader("n2", 5*time.Second); got != second {
-		t.Fatalf("n2's term changed from %d to %d while n3 was drained", second, got)
+	c.waitLeader("n2", 5*time.Second)
+	if n := led.Load(); n != 0 {
+		t.Fatalf("n3 became leader %d times while drained", n)
 	}
 	if st, err := socketStatus(c.agents["n3"].SocketPath()); err != nil || !st.Drained {
 		t.Fatalf("restarted n3's status: %+v, %v", st, err)
@@ -153,7 +163,7 @@ func TestDrainSurvivesRestartAndLifts(t *testing.T) {
 	}
 	e := LocalElection()
 	third := c.waitLeader("n3", e.StartupDelay+2*e.AnnounceInterval+e.Stabilization+5*time.Second)
-	if third <= second || second <= first {
+	if third <= second || second <= first || led.Load() == 0 {
 		t.Fatalf("epochs %d, %d, %d: want them to grow", first, second, third)
 	}
 	if _, err := os.Stat(filepath.Join(c.dir, "n3", drainedFile)); !os.IsNotExist(err) {
@@ -193,4 +203,39 @@ func waitMember(t *testing.T, a *Agent, name string, ok func(rpc.Member) bool) {
 		}
 		return fmt.Errorf("%s as %s lists it: %+v", name, a.Name(), ms)
 	})
+}
+
+// watchBecameLeader counts the became-leader events a's watch stream
+// reports, until the test ends.
+func watchBecameLeader(t *testing.T, a *Agent) *atomic.Int64 {
+	var n atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	cl, err := rpc.Dial(ctx, a.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cl.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil {
+				return
+			}
+			if ev.Event == rpc.EventBecameLeader {
+				n.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.Close()
+		cl.Close()
+		<-done
+	})
+	return &n
 }
