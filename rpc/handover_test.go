@@ -61,16 +61,17 @@ func TestDrainAndTransferNeedBodies(t *testing.T) {
 		{"seq": 2, "op": OpTransfer},
 		{"seq": 3, "op": OpTransfer, "body": map[string]any{"name": 7}},
 		{"seq": 4, "op": OpResign, "body": "now"},
+		{"seq": 5, "op": OpResign, "body": map[string]any{"hold_ms": uint64(1) << 63}},
 	} {
 		r.send(req)
 		if resp := r.expectError(CodeBadRequest); resp.Seq != uint64(i+1) {
 			t.Fatalf("request %d answered with seq %d", i+1, resp.Seq)
 		}
 	}
-	r.send(map[string]any{"seq": 5, "op": OpResign, "body": nil})
+	r.send(map[string]any{"seq": 6, "op": OpResign, "body": nil})
 	var resp Response
 	r.read(&resp)
-	if resp.Seq != 5 || resp.Error != nil {
+	if resp.Seq != 6 || resp.Error != nil {
 		t.Fatalf("resign with a nil body: %+v", resp)
 	}
 }

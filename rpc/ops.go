@@ -121,7 +121,7 @@ func opResign(ctx context.Context, b Backend, body msgpack.RawMessage) (any, err
 			return nil, err
 		}
 	}
-	if time.Duration(req.HoldMS) > MaxResignHold/time.Millisecond {
+	if req.HoldMS > uint64(MaxResignHold/time.Millisecond) {
 		return nil, fmt.Errorf("%w: resign hold of %d ms exceeds %v", ErrBadRequest, req.HoldMS, MaxResignHold)
 	}
 	return nil, b.Resign(ctx, req)
