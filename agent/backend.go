@@ -71,8 +71,7 @@ func (a *Agent) Members() []rpc.Member {
 	return out
 }
 
-// Resign makes this node stop leading for a while (the election's resign
-// hold); it returns rpc.ErrNotLeader when the node does not lead.
+// Resign is ResignFor with the election's resign hold.
 func (a *Agent) Resign(ctx context.Context) error { return a.ResignFor(ctx, 0) }
 
 // ResignFor makes this node stop leading and stay out of elections for hold

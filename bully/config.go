@@ -44,7 +44,8 @@ type Config struct {
 	// TransferWindow is how long, after a leader handed its term to a named
 	// successor (a RESIGN with Successor), the other nodes leave the election
 	// to the successor: they neither campaign nor start an election of
-	// their own, and the successor retries a refused lease round at once.
+	// their own, and the successor retries a refused lease round after
+	// half an election timeout rather than after the refusing promises.
 	// It should cover the successor's lease round and its COORDINATOR; a
 	// successor that has not taken over by then is left behind and the
 	// normal election proceeds. Zero means CoordinatorTimeout.

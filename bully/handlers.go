@@ -8,7 +8,8 @@ import (
 
 // onElection answers a lower node's ELECTION, and starts this node's own
 // election if no leader is known (the bully rule: a live higher node takes
-// the election over). A node that cannot lead (not eligible, or cut off
+// the election over), unless it leaves the election to a successor named
+// by the last leader (handover.go). A node that cannot lead (not eligible, or cut off
 // from a majority of the voters), or holds after a resign, stays silent so
 // the sender does not wait on it.
 func (m *Machine) onElection(now time.Time, msg Message) *Message {
