@@ -54,6 +54,7 @@ type Agent struct {
 	// isolated cuts this agent's peer messages both ways while gossip goes
 	// on: in-process fault injection for tests of a partitioned leader.
 	isolated atomic.Bool
+	drained  atomic.Bool // see drain.go; written only by the driver
 
 	ctx      context.Context // cancelled by Shutdown and Halt
 	cancel   context.CancelFunc
@@ -166,7 +167,7 @@ func (a *Agent) openDataDir() error {
 	if a.pledges, err = leasing.OpenRosterStore(path(bootstrapFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	return nil
+	return a.loadDrained()
 }
 
 func (a *Agent) startCore() error {
@@ -174,7 +175,7 @@ func (a *Agent) startCore() error {
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	cc := coreConfig{
 		Self:         a.self(),
-		Eligible:     a.cfg.Eligible,
+		Eligible:     a.eligible(),
 		Voter:        a.cfg.Voter,
 		Consistency:  a.cfg.Consistency,
 		Lease:        a.cfg.leaseTiming(),
@@ -266,7 +267,7 @@ func (a *Agent) startGossip() error {
 	gc.BindAddr = a.cfg.BindAddr
 	gc.AdvertiseAddr = a.gossipAdvertise()
 	gc.PeerAddr = a.advertisedPeerAddr()
-	gc.Voter, gc.Eligible = a.cfg.Voter, a.cfg.Eligible
+	gc.Voter, gc.Eligible = a.cfg.Voter, a.eligible()
 	gc.Tags = a.gossipTags(a.rosters.Roster())
 	a.advertised = a.rosters.Roster()
 	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, snapshotFile)

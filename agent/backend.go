@@ -29,7 +29,15 @@ func (b backend) Members(context.Context) ([]rpc.Member, error) {
 	return b.a.Members(), nil
 }
 
-func (b backend) Resign(ctx context.Context) error { return b.a.Resign(ctx) }
+func (b backend) Resign(ctx context.Context, req rpc.ResignRequest) error {
+	return b.a.ResignFor(ctx, time.Duration(req.HoldMS)*time.Millisecond)
+}
+
+func (b backend) Drain(ctx context.Context, req rpc.DrainRequest) error {
+	return b.a.Drain(ctx, !req.Off)
+}
+
+func (b backend) Transfer(ctx context.Context, name string) error { return b.a.Transfer(ctx, name) }
 
 // Watch streams events, starting with the current leadership as a
 // leader-changed (or no-leader) event.
@@ -63,12 +71,17 @@ func (a *Agent) Members() []rpc.Member {
 	return out
 }
 
-// Resign makes this node stop leading for a while (the election's resign
-// hold); it returns rpc.ErrNotLeader when the node does not lead.
-func (a *Agent) Resign(ctx context.Context) error {
+// Resign is ResignFor with the election's resign hold.
+func (a *Agent) Resign(ctx context.Context) error { return a.ResignFor(ctx, 0) }
+
+// ResignFor makes this node stop leading and stay out of elections for hold
+// (the election's resign hold when zero). It does not take leadership back
+// from the node that follows it (it may lead again by election, once that
+// node is gone). It returns rpc.ErrNotLeader when the node does not lead.
+func (a *Agent) ResignFor(ctx context.Context, hold time.Duration) error {
 	var err error
 	if derr := a.do(ctx, func() {
-		err = a.core.resign(a.cfg.Clock.Now())
+		err = a.core.resignFor(a.cfg.Clock.Now(), hold)
 		a.flush()
 	}); derr != nil {
 		return derr

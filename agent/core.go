@@ -144,6 +144,7 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	ec := cfg.Election
 	ec.Self = bully.Member{Node: cfg.Self, Eligible: cfg.Eligible}
 	ec.Epoch = epochs.Epoch()
+	ec.TransferWindow = transferWindow(cfg)
 	m, err := bully.New(ec, now)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -286,6 +287,8 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		c.onRosterAck(now, *env.RosterAck)
 	case env.ForceLeave != "":
 		reply = &envelope{ForceLeaveReply: c.forceLeaveReply(now, env.ForceLeave)}
+	case env.Transfer != "":
+		reply = &envelope{TransferReply: c.onTransfer(now, env.Transfer)}
 	case env.Pledge != nil:
 		rep := c.onPledge(*env.Pledge)
 		reply = &envelope{PledgeReply: &rep}

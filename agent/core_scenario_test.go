@@ -213,6 +213,7 @@ func runSchedule(t testing.TB, i int, eager bool) {
 	for range 30 {
 		s.randomFault(&wiped)
 		s.randomMembership()
+		s.randomHandover() // core_drain_sim_test.go
 		s.run(time.Duration(s.rand.IntN(2000)) * time.Millisecond)
 	}
 	s.finalPhase()

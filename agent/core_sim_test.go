@@ -84,6 +84,7 @@ type cnode struct {
 	pledges    *memRoster
 	led        []uint64 // epochs of the terms it led, in order
 	granted    uint64   // highest acquire epoch it granted (checked: grows)
+	drained    bool     // core_drain_sim_test.go
 }
 
 type flight struct {
@@ -192,7 +193,7 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 	e.Rand = rand.New(rand.NewPCG(s.rand.Uint64(), s.rand.Uint64()))
 	e.Preempt = true
 	lt := leasing.DefaultTiming().WithTTL(n.ttl)
-	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: true, Voter: n.voter,
+	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: !n.drained, Voter: n.voter,
 		Consistency: Quorum, Lease: lt, Expect: expect, Election: e,
 		Voters: s.voters, Zone: n.zone, DeadVoterTimeout: s.deadTimeout}
 }
@@ -295,7 +296,7 @@ func (s *csim) syncViews() {
 		for _, b := range s.order {
 			nb := s.nodes[b]
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused) { // a paused node fails its probes
-				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: true},
+				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained},
 					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
 					Zone: nb.zone})
 			} else if nb.left {

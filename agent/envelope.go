@@ -35,6 +35,10 @@ type envelope struct {
 	// ForceLeave asks the leader to remove a voter; ForceLeaveReply answers.
 	ForceLeave      string           `msgpack:"force_leave,omitempty"`
 	ForceLeaveReply *forceLeaveReply `msgpack:"force_leave_reply,omitempty"`
+	// Transfer asks the leader to hand its term to the named member;
+	// TransferReply answers (see core.transfer).
+	Transfer      string         `msgpack:"transfer,omitempty"`
+	TransferReply *transferReply `msgpack:"transfer_reply,omitempty"`
 }
 
 // rosterUpdate carries a roster change step from the leader of term Term.

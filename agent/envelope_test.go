@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/leasing"
@@ -16,6 +18,12 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		{LeaseReply: &leasing.Reply{Voter: leasing.Node{ID: 2, Name: "b"}, Granted: true}},
 		{RosterFetch: true},
 		{ForceLeave: "c"},
+		{Transfer: "c"},
+		{TransferReply: &transferReply{Code: "not_found", Error: "agent: transfer: no such live member"}},
+		{Bully: &bully.Message{Type: bully.MsgResign, From: bully.Node{ID: 1, Name: "a"}, To: bully.Node{ID: 2, Name: "b"},
+			Term: 4, Hold: true, HoldFor: 1 << 40, Successor: bully.Node{ID: 3, Name: "c"}}},
+		{Bully: &bully.Message{Type: bully.MsgCoordinator, From: bully.Node{ID: 3, Name: "c"}, To: bully.Node{ID: 2, Name: "b"},
+			Leader: bully.Node{ID: 3, Name: "c"}, Term: 5, Chosen: true}},
 	} {
 		b, err := encodeEnvelope(env)
 		if err != nil {
@@ -35,4 +43,29 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("accepted a malformed lease request %+v", *r)
 		}
 	})
+}
+
+// TestHandoverFieldsRoundTrip: a RESIGN's hold and successor and a
+// COORDINATOR's chosen mark survive the peer encoding; a plain message
+// carries none of them (their keys are omitted).
+func TestHandoverFieldsRoundTrip(t *testing.T) {
+	a, c := bully.Node{ID: 1, Name: "a"}, bully.Node{ID: 3, Name: "c"}
+	for _, m := range []bully.Message{
+		{Type: bully.MsgResign, From: a, To: c, Term: 4, Hold: true, HoldFor: 90 * time.Second, Successor: c},
+		{Type: bully.MsgCoordinator, From: c, To: a, Leader: c, Term: 5, Chosen: true},
+		{Type: bully.MsgResign, From: a, To: c, Term: 4},
+	} {
+		b, err := encodeEnvelope(envelope{Bully: &m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := decodeEnvelope(b)
+		if err != nil || env.Bully == nil || *env.Bully != m {
+			t.Fatalf("%v came back as %+v (%v)", m, env.Bully, err)
+		}
+		plain := !m.Hold && !m.Chosen && m.Successor.IsZero()
+		if has := bytes.Contains(b, []byte("successor")) || bytes.Contains(b, []byte("chosen")) || bytes.Contains(b, []byte("hold")); plain && has {
+			t.Fatalf("a plain %v encodes hand-over keys: %q", m, b)
+		}
+	}
 }

@@ -137,6 +137,7 @@ func (a *Agent) rpcMember(m gossip.Member, leader *rpc.LeaderInfo) rpc.Member {
 		Voter:    m.Voter,
 		Eligible: m.Eligible,
 		IsLeader: leader != nil && leader.Node == m.Name && leader.ID == m.ID,
+		Drained:  m.Tags[drainedTag] == "1",
 	}
 }
 

@@ -161,6 +161,7 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	if !r.IsZero() {
 		tags[clusterTag], tags[rosterVersionTag] = r.ClusterID, strconv.FormatUint(r.Version, 10)
 	}
+	a.drainTags(tags)
 	return tags
 }
 

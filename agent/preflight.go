@@ -79,7 +79,7 @@ func checkKeyringFile(path string, key []byte) error {
 // in its data dir, and the keyring file wherever it is.
 func (c Config) stateFiles() []string {
 	var paths []string
-	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile} {
+	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile} {
 		paths = append(paths, filepath.Join(c.DataDir, name))
 	}
 	if c.KeyringFile != "" {

@@ -132,6 +132,7 @@ func (a *Agent) Status() rpc.Status {
 		State:       snap.state,
 		Consistency: string(a.cfg.Consistency),
 		Reason:      snap.reason,
+		Drained:     a.drained.Load(),
 	}
 	if out.IsLeader && quorum {
 		out.LeaseRemainingMS = snap.deadline.Sub(now).Milliseconds()

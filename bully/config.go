@@ -41,6 +41,15 @@ type Config struct {
 	// ResignHold is how long a node that resigned stays out of elections.
 	// Default 10s.
 	ResignHold time.Duration
+	// TransferWindow is how long, after a leader handed its term to a named
+	// successor (a RESIGN with Successor), the other nodes leave the election
+	// to the successor: they neither campaign nor start an election of
+	// their own, and the successor retries a refused lease round after
+	// half an election timeout rather than after the refusing promises.
+	// It should cover the successor's lease round and its COORDINATOR; a
+	// successor that has not taken over by then is left behind and the
+	// normal election proceeds. Zero means CoordinatorTimeout.
+	TransferWindow time.Duration
 	// AnnounceInterval is how often a leader repeats its COORDINATOR to every
 	// live member, so a node that missed the announcement (a lost message, a
 	// healed partition) learns the current term. Default 3s.
@@ -72,6 +81,14 @@ func (c Config) EpochJump() uint64 {
 		return DefaultMaxEpochJump
 	}
 	return c.MaxEpochJump
+}
+
+// transferWindow is TransferWindow, or CoordinatorTimeout when it is zero.
+func (c Config) transferWindow() time.Duration {
+	if c.TransferWindow == 0 {
+		return c.CoordinatorTimeout
+	}
+	return c.TransferWindow
 }
 
 // DefaultConfig returns the LAN timing defaults with Preempt on.
@@ -108,6 +125,7 @@ func (c Config) Validate() error {
 		{"Jitter", c.Jitter, true},
 		{"Stabilization", c.Stabilization, true},
 		{"ResignHold", c.ResignHold, true},
+		{"TransferWindow", c.TransferWindow, true},
 		{"AnnounceInterval", c.AnnounceInterval, false},
 		{"RetryDelay", c.RetryDelay, true},
 	} {

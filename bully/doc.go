@@ -5,7 +5,8 @@
 //
 // A Machine is deterministic: its inputs are the live membership (SetMembers),
 // peer messages (Step), the outcome of the lease round that gates leadership
-// (Acquired, AcquireFailed, LeaseLost), operator requests (Resign) and the
+// (Acquired, AcquireFailed, LeaseLost), operator requests (Resign,
+// ResignWith with a hold or a successor, SetEligible for a drain) and the
 // passage of time (Tick). Every input takes the current instant from the
 // caller's clock; the Machine never reads a clock, sleeps or does I/O, and its
 // only randomness comes from Config.Rand. Outputs are collected by Ready: the

@@ -8,7 +8,8 @@ import (
 
 // onElection answers a lower node's ELECTION, and starts this node's own
 // election if no leader is known (the bully rule: a live higher node takes
-// the election over). A node that cannot lead (not eligible, or cut off
+// the election over), unless it leaves the election to a successor named
+// by the last leader (handover.go). A node that cannot lead (not eligible, or cut off
 // from a majority of the voters), or holds after a resign, stays silent so
 // the sender does not wait on it.
 func (m *Machine) onElection(now time.Time, msg Message) *Message {
@@ -19,7 +20,7 @@ func (m *Machine) onElection(now time.Time, msg Message) *Message {
 		return nil
 	}
 	reply := m.stamp(Message{Type: MsgAnswer, To: msg.From, Leader: m.leader, Term: m.term})
-	if m.state == StateFollower && m.leader.IsZero() {
+	if m.state == StateFollower && m.leader.IsZero() && !m.awaiting(now) {
 		if now.Before(m.retryAt) {
 			// Its last lease round failed moments ago: it answers, so the
 			// lower node does not take over, but campaigns only once its
@@ -61,7 +62,7 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 	case StateLeader:
 		m.conflict(now, l, term, false)
 		if m.state == StateLeader && term < m.term {
-			m.send(Message{Type: MsgCoordinator, To: l, Leader: m.cfg.Self.Node, Term: m.term})
+			m.send(m.coordinator(l))
 		}
 		return nil
 	case StateAcquiring:
@@ -73,7 +74,8 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 		return nil
 	}
 	m.follow(now, l, term)
-	if m.cfg.Preempt && m.cfg.Self.Eligible && m.mayClaim && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) {
+	if m.cfg.Preempt && m.cfg.Self.Eligible && m.mayClaim && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) &&
+		m.mayClaimFrom(l, msg.Chosen) {
 		reply := m.stamp(Message{Type: MsgAnswer, To: l, Leader: l, Term: term})
 		return &reply
 	}
@@ -129,15 +131,24 @@ func (m *Machine) yield(now time.Time, l Node, term uint64) {
 }
 
 // onResign forgets a leader that stepped down, and keeps a holding node out
-// of elections for ResignHold. A leader hearing that another's later term
-// ended starts a term above it.
+// of elections for its hold. A leader hearing that another's later term
+// ended starts a term above it. A term handed to a successor makes the
+// successor take over at once and the others wait for it (handover.go).
 func (m *Machine) onResign(now time.Time, msg Message) {
 	if msg.Hold {
-		m.held[msg.From.Name] = now.Add(m.cfg.ResignHold)
+		m.held[msg.From.Name] = now.Add(m.holdFor(msg))
+	}
+	handed := m.handedOver(msg)
+	if handed && !m.isSelf(msg.Successor) {
+		m.await(now, msg.Successor)
 	}
 	m.conflict(now, msg.From, msg.Term, true)
 	if m.leader == msg.From && msg.Term >= m.term {
 		m.forgetLeader(now)
+	}
+	if handed && m.isSelf(msg.Successor) {
+		m.ho.takeUntil = now.Add(m.cfg.transferWindow())
+		m.takeOver(now)
 	}
 }
 
@@ -152,7 +163,12 @@ func (m *Machine) timeout(now time.Time) {
 		if !m.leader.IsZero() || !m.cfg.Self.Eligible {
 			return
 		}
-		if now.Before(m.holdUntil) || m.cutOff {
+		if m.taking(now) {
+			if m.takeOver(now); m.state == StateAcquiring {
+				return
+			}
+		}
+		if now.Before(m.holdUntil) || m.cutOff || m.awaiting(now) {
 			m.scheduleCampaign(now)
 			return
 		}
@@ -207,7 +223,7 @@ func (m *Machine) win() {
 // cut off from the voters (or frozen) does not claim, and yielding to it
 // would leave the cluster without a leader.
 func (m *Machine) checkPreempt(now time.Time) {
-	if !m.cfg.Preempt {
+	if !m.cfg.Preempt || m.ho.chosen {
 		return
 	}
 	for _, p := range m.higher(now) {
@@ -249,9 +265,17 @@ func (m *Machine) claim(now time.Time, n Node) {
 // stepDown ends this node's term: release the lease, tell everyone, and
 // schedule the next campaign (after the hold, if hold).
 func (m *Machine) stepDown(now time.Time, hold bool) {
+	m.endTerm(now, Message{Type: MsgResign, Hold: hold})
+}
+
+// endTerm ends this node's term with resign (a MsgResign, completed here
+// with the term) sent to every live member.
+func (m *Machine) endTerm(now time.Time, resign Message) {
 	clear(m.claims)
+	m.ho.chosen = false
 	m.ready.Release = m.term
-	m.broadcast(Message{Type: MsgResign, Leader: m.cfg.Self.Node, Term: m.term, Hold: hold})
+	resign.Leader, resign.Term = m.cfg.Self.Node, m.term
+	m.broadcast(resign)
 	m.state = StateFollower
 	m.forgetLeader(now)
 }
@@ -271,6 +295,7 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	if term > m.lastTerm {
 		m.lastLeader, m.lastTerm = l, term
 	}
+	m.ho.follows(l)
 }
 
 // forgetLeader clears the known leader and, for a follower, schedules the
@@ -295,6 +320,9 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 	}
 	if m.retryAt.After(base) {
 		base = m.retryAt
+	}
+	if m.awaiting(now) && m.ho.until.After(base) {
+		base = m.ho.until
 	}
 	k := time.Duration(len(m.higher(now)))
 	m.deadline = base.Add(k*m.cfg.RankDelay + m.jitter())

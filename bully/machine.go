@@ -50,6 +50,8 @@ type Machine struct {
 	lastLeader Node
 	lastTerm   uint64
 
+	ho handover // resigns, transfers and chosen terms (handover.go)
+
 	ready Ready
 }
 
@@ -144,7 +146,7 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 	if m.state == StateLeader {
 		sortNodes(newcomers)
 		for _, n := range newcomers {
-			m.send(Message{Type: MsgCoordinator, To: n, Leader: m.cfg.Self.Node, Term: m.term})
+			m.send(m.coordinator(n))
 		}
 	}
 }
@@ -254,13 +256,19 @@ func (m *Machine) Acquired(now time.Time, epoch uint64) {
 	m.state = StateLeader
 	m.leader, m.term = m.cfg.Self.Node, epoch
 	m.lastLeader, m.lastTerm = m.cfg.Self.Node, epoch
+	m.ho.leads(epoch)
 	m.announceTerm(now)
 }
 
 // announceTerm broadcasts the leader's COORDINATOR and sets the next one.
 func (m *Machine) announceTerm(now time.Time) {
-	m.broadcast(Message{Type: MsgCoordinator, Leader: m.cfg.Self.Node, Term: m.term})
+	m.broadcast(m.coordinator(Node{}))
 	m.announce = now.Add(m.cfg.AnnounceInterval)
+}
+
+// coordinator is this leader's COORDINATOR for its term, to to.
+func (m *Machine) coordinator(to Node) Message {
+	return Message{Type: MsgCoordinator, To: to, Leader: m.cfg.Self.Node, Term: m.term, Chosen: m.ho.chosen}
 }
 
 // AcquireFailed reports that the lease round for epoch failed; seen is the
@@ -278,7 +286,13 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	m.state = StateFollower
 	m.failures++
 	m.retryAt = now.Add(wait + m.backoff())
-	if m.leader.IsZero() {
+	switch {
+	case !m.leader.IsZero():
+	case m.taking(now):
+		// A handed-over term's round is most often refused by voters whose
+		// release from the old leader is still on its way: retry soon.
+		m.deadline = now.Add(m.cfg.ElectionTimeout/2 + m.jitter())
+	default:
 		m.deadline = m.retryAt
 	}
 }
@@ -309,13 +323,5 @@ func (m *Machine) LeaseLost(now time.Time, epoch uint64) {
 }
 
 // Resign makes the leader stop leading, release its lease and stay out of
-// elections for cfg.ResignHold. With Preempt, a node that outranks the next
-// leader takes leadership back once the hold and Stabilization have passed.
-func (m *Machine) Resign(now time.Time) error {
-	if m.state != StateLeader {
-		return ErrNotLeader
-	}
-	m.holdUntil = now.Add(m.cfg.ResignHold)
-	m.stepDown(now, true)
-	return nil
-}
+// elections for cfg.ResignHold: ResignWith with no hold or successor given.
+func (m *Machine) Resign(now time.Time) error { return m.ResignWith(now, Handover{}) }

@@ -173,12 +173,14 @@ func TestResignHandsOverAndHolds(t *testing.T) {
 	if err := s.nodes["n1"].m.Resign(s.now); err != ErrNotLeader {
 		t.Fatalf("follower resign = %v, want ErrNotLeader", err)
 	}
+	// n3 does not take leadership back from n2 (TestResignIsNotUndone-
+	// ByPreemption), but it leads again once n2 is gone after its hold.
 	cfg := s.nodes["n3"].m.cfg
-	// The hand-back starts with n3's first answer to a COORDINATOR after its
-	// hold, up to one announce interval later.
-	s.run(cfg.ResignHold + cfg.AnnounceInterval + cfg.Stabilization + time.Second)
-	if third := s.agree("n3", "n1", "n2"); third <= second {
-		t.Fatalf("epoch after preempting back = %d, want > %d", third, second)
+	s.run(cfg.ResignHold)
+	s.crash("n2")
+	s.run(cfg.Jitter + time.Second)
+	if third := s.agree("n3", "n1"); third <= second {
+		t.Fatalf("epoch after n2 went = %d, want > %d", third, second)
 	}
 }
 
@@ -200,7 +202,7 @@ func TestEpochSurvivesRestart(t *testing.T) {
 }
 
 // TestRandomSchedules drives clusters through random crashes, restarts,
-// partitions, message loss and resigns. The sim checks after every step that
+// partitions, message loss, resigns, transfers and drains. The sim checks after every step that
 // persisted epochs never go back, that a node never uses an epoch before it
 // is persisted, and that the terms each node leads or follows strictly grow.
 // Once the network is healed and quiet, exactly one leader must emerge.
@@ -220,9 +222,11 @@ func TestRandomSchedules(t *testing.T) {
 			s.heal()
 			s.drop = 0
 			for _, name := range names {
+				s.nodes[name].member.Eligible = true // drains end
 				if !s.nodes[name].up {
 					s.start(name)
 				}
+				s.setEligible(name, true)
 			}
 			s.run(30 * time.Second)
 			if got := s.leaders(); len(got) != 1 {
@@ -235,7 +239,7 @@ func TestRandomSchedules(t *testing.T) {
 
 func (s *sim) randomFault(names []string) {
 	pick := names[s.rand.IntN(len(names))]
-	switch s.rand.IntN(6) {
+	switch s.rand.IntN(8) {
 	case 0:
 		s.crash(pick)
 	case 1:
@@ -262,6 +266,16 @@ func (s *sim) randomFault(names []string) {
 		if n := s.nodes[pick]; n.up {
 			_ = n.m.Resign(s.now)
 			s.flush(pick)
+		}
+	case 6:
+		if n := s.nodes[pick]; n.up {
+			to := s.nodes[names[s.rand.IntN(len(names))]].member.Node
+			_ = n.m.ResignWith(s.now, Handover{Successor: to})
+			s.flush(pick)
+		}
+	case 7:
+		if n := s.nodes[pick]; n.up {
+			s.setEligible(pick, !n.member.Eligible) // drain, or its end
 		}
 	}
 }

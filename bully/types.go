@@ -3,6 +3,7 @@ package bully
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Node identifies a cluster member. Nodes are ranked by (ID, Name): the
@@ -47,7 +48,9 @@ const (
 	MsgCoordinator
 	// MsgResign announces that the sender stopped leading term Term. With
 	// Hold set the sender will neither campaign nor answer for a while, so
-	// receivers leave it out of their election.
+	// receivers leave it out of their election. With Successor set the
+	// sender hands its term over: the successor campaigns at once and the
+	// others leave the election to it for the transfer window.
 	MsgResign
 	// MsgInfo tells a leader of a later term than the one it offered: the
 	// sender last followed Leader in Term. A leader that learns of another
@@ -87,6 +90,15 @@ type Message struct {
 	Term   uint64 `msgpack:"term"`
 	// Hold marks a MsgResign after which the sender stays out of elections.
 	Hold bool `msgpack:"hold,omitempty"`
+	// HoldFor, on a MsgResign with Hold, is how long the sender stays out;
+	// zero means the receiver's Config.ResignHold.
+	HoldFor time.Duration `msgpack:"hold_for,omitempty"`
+	// Successor, on a MsgResign, names the node the sender hands its term
+	// to (see Handover); zero when the election decides.
+	Successor Node `msgpack:"successor,omitempty"`
+	// Chosen marks a MsgCoordinator of a term that was handed to its
+	// leader by name: nodes ranked above it do not claim that term.
+	Chosen bool `msgpack:"chosen,omitempty"`
 }
 
 // String formats m for logs and test failures.
@@ -94,6 +106,12 @@ func (m Message) String() string {
 	s := fmt.Sprintf("%s %s->%s epoch=%d", m.Type, m.From.Name, m.To.Name, m.Epoch)
 	if !m.Leader.IsZero() {
 		s += fmt.Sprintf(" leader=%s term=%d", m.Leader.Name, m.Term)
+	}
+	if !m.Successor.IsZero() {
+		s += " successor=" + m.Successor.Name
+	}
+	if m.Chosen {
+		s += " chosen"
 	}
 	return s
 }

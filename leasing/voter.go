@@ -110,6 +110,12 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonPromised, nil
 	case req.Kind == Renew && req.Candidate == v.released.holder && req.Epoch <= v.released.epoch:
 		return ReasonStaleEpoch, nil // a late renewal of a released term
+	case req.Kind == Renew && req.Candidate == v.holder && req.Epoch < v.epoch:
+		// A late renewal of an earlier term of the holder's, which has
+		// moved to a later one: granted, it lowered the promise to that
+		// term, and the term's late release then dropped the promise the
+		// later term counts on.
+		return ReasonStaleEpoch, nil
 	}
 	if req.Kind == Renew {
 		// A renewal joins the leader's term: from the holder, or from a leader

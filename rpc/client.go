@@ -97,6 +97,29 @@ func (c *Client) Resign(ctx context.Context) error {
 	return c.call(ctx, OpResign, nil)
 }
 
+// ResignFor asks the agent to give up leadership and stay out of elections
+// for hold (the agent's resign hold when zero; at most MaxResignHold,
+// rounded down to milliseconds).
+func (c *Client) ResignFor(ctx context.Context, hold time.Duration) error {
+	if hold < 0 {
+		return fmt.Errorf("rpc: resign: %w: negative hold %v", ErrBadRequest, hold)
+	}
+	return c.callWith(ctx, OpResign, ResignRequest{HoldMS: uint64(hold.Milliseconds())}, nil)
+}
+
+// Drain makes the agent's node ineligible to lead, now and after restarts;
+// a leader resigns. Drain(ctx, false) makes it eligible again.
+func (c *Client) Drain(ctx context.Context, drained bool) error {
+	return c.callWith(ctx, OpDrain, DrainRequest{Off: !drained}, nil)
+}
+
+// Transfer asks the leader, through this node, to hand its term to the
+// live eligible member name, which then leads instead of the node the
+// election would pick.
+func (c *Client) Transfer(ctx context.Context, name string) error {
+	return c.callWith(ctx, OpTransfer, TransferRequest{Name: name}, nil)
+}
+
 // Check asks whether epoch is the live term on this node: CheckResult.Current
 // is true only when this node leads that term with a valid lease. A leader
 // verifies with it before acting; a resource should still check the token.

@@ -51,14 +51,15 @@ const testTimeout = 10 * time.Second
 
 // fakeBackend is a Backend whose answers the test sets.
 type fakeBackend struct {
-	mu        sync.Mutex
-	status    Status
-	leader    *LeaderInfo
-	members   []Member
-	resignErr error
-	membErr   error
-	block     chan struct{} // when set, Status waits for it to close (or ctx)
-	flood     func(n int) Event
+	mu         sync.Mutex
+	status     Status
+	leader     *LeaderInfo
+	members    []Member
+	resignErr  error
+	resignHold uint64 // the hold of the last resign request
+	membErr    error
+	block      chan struct{} // when set, Status waits for it to close (or ctx)
+	flood      func(n int) Event
 
 	entered chan struct{} // a blocked Status call has started
 	subs    chan *fakeSub // every Watch subscription, for the test to drive
@@ -114,10 +115,25 @@ func (f *fakeBackend) Members(context.Context) ([]Member, error) {
 	return f.members, f.membErr
 }
 
-func (f *fakeBackend) Resign(context.Context) error {
+func (f *fakeBackend) Resign(_ context.Context, req ResignRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.resignHold = req.HoldMS
 	return f.resignErr
+}
+
+func (f *fakeBackend) Drain(_ context.Context, req DrainRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.status.Drained = !req.Off
+	return nil
+}
+
+func (f *fakeBackend) Transfer(_ context.Context, name string) error {
+	if name != "n2" {
+		return fmt.Errorf("agent: transfer: %w: %q", ErrNotFound, name)
+	}
+	return nil
 }
 
 func (f *fakeBackend) Check(_ context.Context, epoch uint64) (CheckResult, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenurehq/tenure/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // unaryHandler answers one request-response op. body is the request's body,
@@ -35,6 +36,10 @@ func unary(op string) unaryHandler {
 		return opForceLeave
 	case OpKeys:
 		return opKeys
+	case OpDrain:
+		return opDrain
+	case OpTransfer:
+		return opTransfer
 	case OpStopped, OpRunning:
 		return opStopped
 	}
@@ -109,8 +114,41 @@ func opMembers(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error
 	return ms, err
 }
 
-func opResign(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
-	return nil, b.Resign(ctx)
+func opResign(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req ResignRequest
+	if !isNil(body) {
+		if err := decodeBody(body, &req); err != nil {
+			return nil, err
+		}
+	}
+	if req.HoldMS > uint64(MaxResignHold/time.Millisecond) {
+		return nil, fmt.Errorf("%w: resign hold of %d ms exceeds %v", ErrBadRequest, req.HoldMS, MaxResignHold)
+	}
+	return nil, b.Resign(ctx, req)
+}
+
+// isNil reports whether an optional body is absent or msgpack nil.
+func isNil(body msgpack.RawMessage) bool {
+	return len(body) == 0 || (len(body) == 1 && body[0] == msgpcode.Nil)
+}
+
+func opDrain(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req DrainRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	return nil, b.Drain(ctx, req)
+}
+
+func opTransfer(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
+	var req TransferRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	if req.Name == "" {
+		return nil, fmt.Errorf("%w: transfer needs a node name", ErrBadRequest)
+	}
+	return nil, b.Transfer(ctx, req.Name)
 }
 
 // answer runs a request-response op and writes its response; false ends

@@ -32,8 +32,9 @@ const (
 	OpLeader = "leader"
 	// OpMembers asks for the member list ([]Member). No request body.
 	OpMembers = "members"
-	// OpResign asks this node to give up leadership. No request or response
-	// body. Fails with not_leader when this node does not lead.
+	// OpResign asks this node to give up leadership. Request body: nil, or
+	// a ResignRequest; no response body. Fails with not_leader when this
+	// node does not lead.
 	OpResign = "resign"
 	// OpWatch turns the connection into a stream of Events, starting with the
 	// current state. Request body: nil, or a WatchRequest whose Runner
@@ -61,6 +62,16 @@ const (
 	// agent runs without a cluster key, or some members failed (the message
 	// names them).
 	OpKeys = "keys"
+	// OpDrain makes this node stop being eligible to lead, now and after
+	// restarts (a leader resigns), or with Off eligible again. Request
+	// body: DrainRequest; no response body.
+	OpDrain = "drain"
+	// OpTransfer asks the leader (this node forwards it) to hand its term
+	// to a named live eligible member. Request body: TransferRequest; no
+	// response body. Fails with no_leader when no leader is known,
+	// not_found when no live member has the name, bad_request when it may
+	// not lead.
+	OpTransfer = "transfer"
 )
 
 // Hello is the first frame a client sends.

@@ -55,6 +55,9 @@ type Status struct {
 	// Roster is the voter roster this node knows (quorum mode; nil before
 	// it has one).
 	Roster *RosterInfo `msgpack:"roster" json:"roster"`
+	// Drained reports that this node was drained (OpDrain): it does not
+	// lead until the drain is lifted, across restarts.
+	Drained bool `msgpack:"drained" json:"drained"`
 }
 
 // QuorumInfo counts the grants of a lease round.
@@ -110,6 +113,9 @@ type Member struct {
 	Eligible bool `msgpack:"eligible" json:"eligible"`
 	// IsLeader reports whether the member is the known leader.
 	IsLeader bool `msgpack:"is_leader" json:"is_leader"`
+	// Drained reports that the member was drained (OpDrain); it is then
+	// not Eligible either.
+	Drained bool `msgpack:"drained" json:"drained"`
 }
 
 // Member roles (Member.Role).
@@ -171,9 +177,16 @@ type Backend interface {
 	Leader(ctx context.Context) (LeaderInfo, error)
 	// Members lists the members this node knows.
 	Members(ctx context.Context) ([]Member, error)
-	// Resign gives up leadership, or returns an error wrapping ErrNotLeader
-	// when this node does not lead.
-	Resign(ctx context.Context) error
+	// Resign gives up leadership and stays out of elections for the
+	// request's hold, or returns an error wrapping ErrNotLeader when this
+	// node does not lead.
+	Resign(ctx context.Context, req ResignRequest) error
+	// Drain makes this node ineligible to lead, now and across restarts
+	// (resigning if it leads), or eligible again with req.Off.
+	Drain(ctx context.Context, req DrainRequest) error
+	// Transfer hands the leader's term to the named member, through the
+	// leader; errors wrap ErrNoLeader, ErrNotFound or ErrBadRequest.
+	Transfer(ctx context.Context, name string) error
 	// Watch subscribes to events. The first value(s) sent describe the
 	// current state. The Backend closes the channel to end a subscriber that
 	// fell too far behind (the server then tells the client too_slow); when
@@ -286,6 +299,30 @@ type CheckResult struct {
 	// LeaseRemainingMS is how long this node's lease still runs, in
 	// milliseconds (0 when it does not lead, or in available mode).
 	LeaseRemainingMS int64 `msgpack:"lease_remaining_ms" json:"lease_remaining_ms"`
+}
+
+// MaxResignHold bounds ResignRequest.HoldMS.
+const MaxResignHold = 7 * 24 * time.Hour
+
+// ResignRequest is the optional body of OpResign.
+type ResignRequest struct {
+	// HoldMS is how long the node stays out of elections after it
+	// resigned, in milliseconds; 0 means the agent's resign hold. At most
+	// MaxResignHold.
+	HoldMS uint64 `msgpack:"hold_ms" json:"hold_ms"`
+}
+
+// DrainRequest is the body of OpDrain.
+type DrainRequest struct {
+	// Off lifts the drain: the node is eligible again (unless its
+	// configuration says otherwise).
+	Off bool `msgpack:"off" json:"off"`
+}
+
+// TransferRequest is the body of OpTransfer.
+type TransferRequest struct {
+	// Name is the member that should lead next.
+	Name string `msgpack:"name" json:"name"`
 }
 
 // ForceLeaveRequest is the body of OpForceLeave.

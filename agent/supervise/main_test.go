@@ -105,7 +105,9 @@ func (f *fakeAgent) Leader(context.Context) (rpc.LeaderInfo, error) {
 
 func (f *fakeAgent) Members(context.Context) ([]rpc.Member, error) { return []rpc.Member{}, nil }
 
-func (f *fakeAgent) Resign(context.Context) error { return rpc.ErrNotLeader }
+func (f *fakeAgent) Resign(context.Context, rpc.ResignRequest) error { return rpc.ErrNotLeader }
+func (f *fakeAgent) Drain(context.Context, rpc.DrainRequest) error   { return nil }
+func (f *fakeAgent) Transfer(context.Context, string) error          { return rpc.ErrNoLeader }
 
 func (f *fakeAgent) Check(context.Context, uint64) (rpc.CheckResult, error) {
 	return rpc.CheckResult{}, nil

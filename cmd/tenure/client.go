@@ -89,6 +89,9 @@ func printStatus(w io.Writer, st rpc.Status) {
 		fmt.Fprintf(tw, "leader:\tnone (%s)\n", st.Reason)
 	}
 	fmt.Fprintf(tw, "epoch:\t%d (highest known)\n", st.Epoch)
+	if st.Drained {
+		fmt.Fprintf(tw, "drained:\tyes: this node does not lead until `tenure drain --off`\n")
+	}
 	if st.IsLeader && st.Consistency == "available" {
 		fmt.Fprintf(tw, "lease:\tnone (available mode: no lease bounds leadership)\n")
 	} else if st.IsLeader {
@@ -223,7 +226,9 @@ func role(m rpc.Member) string {
 	default:
 		parts = append(parts, "observer")
 	}
-	if !m.Eligible {
+	if m.Drained {
+		parts = append(parts, "drained")
+	} else if !m.Eligible {
 		parts = append(parts, "ineligible")
 	}
 	if m.Zone != "" {
@@ -289,11 +294,16 @@ func eventLine(ev rpc.Event) string {
 func resignCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "resign",
-		Usage: "make this node stop leading for a while; exit 1 if it does not lead",
-		Flags: []cli.Flag{socketFlag()},
+		Usage: "make this node stop leading (it does not take leadership back); exit 1 if it does not lead",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.DurationFlag{Name: "hold", Usage: "stay out of elections for `D` (default: the agent's resign hold)"},
+		},
 		Action: func(c *cli.Context) error {
+			if c.Duration("hold") < 0 {
+				return fail(2, "tenure resign: --hold must not be negative")
+			}
 			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
-				err := cl.Resign(ctx)
+				err := cl.ResignFor(ctx, c.Duration("hold"))
 				if errors.Is(err, rpc.ErrNotLeader) {
 					return fail(1, "tenure: this node is not the leader")
 				}

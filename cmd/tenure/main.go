@@ -42,6 +42,8 @@ func newApp() *cli.App {
 			resignCommand(),
 			runCommand(),
 			forceLeaveCommand(),
+			drainCommand(),
+			transferCommand(),
 			demoCommand(),
 			keygenCommand(),
 			keysCommand(),

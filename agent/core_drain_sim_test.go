@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/internal/testlog"
+)
+
+// Drains, transfers and resigns with a hold in the simulation: the random
+// schedules (runSchedule) call randomHandover once per round, and check()
+// asserts I1–I3 and that no two tenure run commands run at once after every
+// step, as for every other operation.
+
+// randomHandover sometimes drains a running node or lifts its drain, makes
+// the leader transfer its term to a random node (a refusal is fine: it may
+// be down, drained, or the leader itself), or makes a node resign with a
+// random hold. It keeps two nodes that have not left undrained, so the
+// final phase (which may cut one node off) still has a node that can lead.
+func (s *csim) randomHandover() {
+	defer s.keepTwoEligible()
+	name := s.order[s.rand.IntN(len(s.order))]
+	n := s.nodes[name]
+	switch s.rand.IntN(12) {
+	case 0, 1:
+		s.setDrained(name, !n.drained)
+	case 2, 3:
+		if l := s.leader(); l != "" {
+			ln := s.nodes[l]
+			_, _ = ln.c.transfer(s.local(ln, s.now), name)
+			s.collect(l)
+		}
+	case 4:
+		if n.up && !n.paused {
+			hold := time.Duration(s.rand.IntN(4)) * s.ttl
+			_ = n.c.resignFor(s.local(n, s.now), hold)
+			s.collect(name)
+		}
+	}
+}
+
+// setDrained drains a running node or lifts its drain, as `tenure drain`
+// does: the agent persists it and tells its core, and gossip spreads the
+// node's new eligibility. A stopped or frozen agent does not answer.
+func (s *csim) setDrained(name string, drained bool) {
+	n := s.nodes[name]
+	if !n.up || n.paused || n.left || n.drained == drained {
+		return
+	}
+	if drained && s.undrained() <= 2 {
+		return
+	}
+	n.drained = drained
+	n.c.setEligible(s.local(n, s.now), !drained)
+	s.collect(name)
+	s.syncViews()
+}
+
+// undrained counts the nodes that have not left and are not drained.
+func (s *csim) undrained() int {
+	k := 0
+	for _, name := range s.order {
+		if n := s.nodes[name]; !n.left && !n.drained {
+			k++
+		}
+	}
+	return k
+}
+
+// keepTwoEligible lifts drains (of running nodes first; a stopped one boots
+// undrained) until two nodes that have not left are undrained: graceful
+// leaves may have taken the undrained ones.
+func (s *csim) keepTwoEligible() {
+	for _, name := range s.order {
+		if n := s.nodes[name]; s.undrained() < 2 && n.drained && !n.left {
+			if n.up && !n.paused {
+				s.setDrained(name, false)
+			} else {
+				n.drained = false // lifted by the operator while it was stopped
+			}
+		}
+	}
+}
+
+// ledSince returns the terms led at or after epoch, by node.
+func (s *csim) ledSince(epoch uint64) map[uint64]string {
+	out := map[uint64]string{}
+	for e, name := range s.terms {
+		if e >= epoch {
+			out[e] = name
+		}
+	}
+	return out
+}
+
+// TestTransferHandsOverToNamedNode: with leases, the leader n5 hands its
+// term to n2 (the election would pick n4): n2 leads within a fraction of a
+// TTL, with no other term in between, and still leads the same term after
+// the old leader's hold and three stabilisation delays.
+func TestTransferHandsOverToNamedNode(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10*time.Second, "n5")
+	n := s.nodes[l]
+	first := n.led[len(n.led)-1]
+	if _, err := n.c.transfer(s.local(n, s.now), "n2"); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(l)
+	next, took := s.waitLeader(s.ttl)
+	if next != "n2" || took > s.ttl/4 {
+		t.Fatalf("after transfer to n2: %s leads after %v, want n2 well within a TTL", next, took)
+	}
+	t.Logf("transfer took %v", took)
+	e := LocalElection()
+	s.run(e.ResignHold + 2*e.AnnounceInterval + 3*e.Stabilization)
+	led := s.ledSince(first + 1)
+	if len(led) != 1 || s.leader() != "n2" {
+		t.Fatalf("terms led after the transfer: %v, leader now %q; want one term, n2's", led, s.leader())
+	}
+}
+
+// TestDrainedLeaderHandsOverOnce: a drained leader hands over (after its
+// command stopped) to the next node, which keeps leading; the drained node
+// never leads while drained, and once the drain is lifted it preempts as
+// any higher node does.
+func TestDrainedLeaderHandsOverOnce(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10*time.Second, "n3")
+	first := s.nodes["n3"].led[len(s.nodes["n3"].led)-1]
+	s.setDrained("n3", true)
+	next, took := s.waitLeader(s.ttl)
+	if next != "n2" || took > s.ttl/4 {
+		t.Fatalf("after draining n3: %s leads after %v, want n2 well within a TTL", next, took)
+	}
+	e := LocalElection()
+	s.run(e.ResignHold + 2*e.AnnounceInterval + 3*e.Stabilization)
+	if led := s.ledSince(first + 1); len(led) != 1 || s.leader() != "n2" {
+		t.Fatalf("terms led after the drain: %v, leader now %q; want one term, n2's", led, s.leader())
+	}
+	s.crash("n3")
+	s.boot("n3", 0) // the drain is persisted: it survives the restart
+	s.run(e.StartupDelay + 3*e.Stabilization)
+	if led := s.ledSince(first + 1); len(led) != 1 || s.leader() != "n2" {
+		t.Fatalf("after n3 restarted drained: terms %v, leader %q", led, s.leader())
+	}
+	s.setDrained("n3", false)
+	if l, _ := s.waitLeader(e.AnnounceInterval+e.Stabilization+s.ttl, "n3"); l != "n3" {
+		t.Fatalf("after the drain was lifted %s leads, want n3", l)
+	}
+}
+
+// TestResignIsNotUndoneWithLeases: after a resign, the next leader keeps
+// its term past the old leader's hold and the stabilisation delay.
+func TestResignIsNotUndoneWithLeases(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10*time.Second, "n3")
+	n := s.nodes["n3"]
+	first := n.led[len(n.led)-1]
+	if err := n.c.resign(s.local(n, s.now)); err != nil {
+		t.Fatal(err)
+	}
+	s.collect("n3")
+	s.waitLeader(s.ttl, "n2")
+	e := LocalElection()
+	s.run(e.ResignHold + 2*e.AnnounceInterval + 3*e.Stabilization)
+	if led := s.ledSince(first + 1); len(led) != 1 || s.leader() != "n2" {
+		t.Fatalf("terms led after the resign: %v, leader now %q; want one term, n2's", led, s.leader())
+	}
+}
+
+// TestTransferRefusals: a follower names the leader to ask; the leader
+// refuses a member that is not live or may not lead, and does nothing when
+// asked to hand over to itself.
+func TestTransferRefusals(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10*time.Second, "n3")
+	s.run(time.Second) // the COORDINATOR reaches everyone
+	s.setDrained("n1", true)
+	n1, n3 := s.nodes["n1"], s.nodes["n3"]
+	if l, err := n1.c.transfer(s.local(n1, s.now), "n2"); !errors.Is(err, errNotLeaderHere) || l != (bully.Node{ID: 3, Name: "n3"}) {
+		t.Fatalf("follower: leader %v, err %v; want n3 and not-leader", l, err)
+	}
+	now := s.local(n3, s.now)
+	if _, err := n3.c.transfer(now, "n1"); !errors.Is(err, errTransferIneligible) {
+		t.Fatalf("to drained n1: %v", err)
+	}
+	if _, err := n3.c.transfer(now, "n9"); !errors.Is(err, errTransferUnknown) {
+		t.Fatalf("to unknown n9: %v", err)
+	}
+	if _, err := n3.c.transfer(now, "n3"); err != nil || !n3.c.leaseValid(now) {
+		t.Fatalf("to itself: %v, still leads %v", err, n3.c.leaseValid(now))
+	}
+	s.crash("n2")
+	if _, err := n3.c.transfer(s.local(n3, s.now), "n2"); !errors.Is(err, errTransferUnknown) {
+		t.Fatalf("to crashed n2: %v", err)
+	}
+}
+
+// TestTransfersGoToTheNamedNode: in a healthy cluster (messages delayed
+// 1–30 ms, in any order), every transfer makes the named node lead next,
+// within a fraction of a TTL, whatever its rank, however the release to
+// the voters and the RESIGN to the successor race.
+func TestTransfersGoToTheNamedNode(t *testing.T) {
+	for i := range 10 {
+		t.Run(fmt.Sprint(i), transfersGoToTheNamedNode)
+	}
+}
+
+func transfersGoToTheNamedNode(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	var slowest time.Duration
+	for range 40 {
+		s.run(time.Duration(s.rand.IntN(1000)) * time.Millisecond)
+		to := l
+		for to == l {
+			to = s.order[s.rand.IntN(len(s.order))]
+		}
+		ln := s.nodes[l]
+		if _, err := ln.c.transfer(s.local(ln, s.now), to); err != nil {
+			t.Fatalf("%s to %s: %v", l, to, err)
+		}
+		s.collect(l)
+		next, took := s.waitLeader(s.ttl)
+		if next != to || took > s.ttl/2 {
+			t.Fatalf("transfer %s to %s: %s leads after %v\n%s", l, to, next, took, s.dump())
+		}
+		l, slowest = next, max(slowest, took)
+	}
+	t.Logf("slowest transfer: %v", slowest)
+}

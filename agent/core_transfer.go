@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+)
+
+// How a term ends on an operator's request: a resign with a hold, a
+// transfer to a named node, or a drain (the node stops being eligible).
+// Each goes through the machine (bully.Machine.ResignWith, SetEligible),
+// whose release the core defers until the local work of the term has
+// stopped (core.release), with the term's RESIGN held back with it: the
+// successor named in that RESIGN campaigns only once the voters no longer
+// promise this node. None of them changes a lease rule: a transfer only
+// changes who campaigns first.
+
+// Errors of transfer.
+var (
+	errTransferUnknown    = errors.New("agent: transfer: no such live member")
+	errTransferIneligible = errors.New("agent: transfer: the member may not lead (it runs with --eligible=false, or is drained)")
+)
+
+// transferWindow is how long the others leave the election to a named
+// successor: its lease round, with one retry, and a margin for its
+// COORDINATOR to arrive. An explicit Election.TransferWindow wins.
+func transferWindow(cfg coreConfig) time.Duration {
+	if cfg.Election.TransferWindow > 0 {
+		return cfg.Election.TransferWindow
+	}
+	w := cfg.Election.ElectionTimeout
+	if cfg.Consistency == Quorum {
+		w += 2 * cfg.Lease.AcquireBudget
+	}
+	return w
+}
+
+// resignFor makes a leader step down and stay out of elections for hold
+// (the election's resign hold when zero); bully.ErrNotLeader otherwise.
+func (c *core) resignFor(now time.Time, hold time.Duration) error {
+	err := c.m.ResignWith(now, bully.Handover{Hold: hold})
+	c.process(now)
+	return err
+}
+
+// transfer hands this leader's term to the live eligible member name. It
+// returns the leader to ask instead when this node does not lead (zero
+// when none is known). Asked to hand over to itself, it does nothing.
+func (c *core) transfer(now time.Time, name string) (bully.Node, error) {
+	if !c.leaseValid(now) {
+		return c.m.Status().Leader, fmt.Errorf("agent: transfer: %w", errNotLeaderHere)
+	}
+	if name == c.cfg.Self.Name {
+		return bully.Node{}, nil
+	}
+	mv, ok := c.live[name]
+	switch {
+	case !ok:
+		return bully.Node{}, fmt.Errorf("%w: %q", errTransferUnknown, name)
+	case !mv.Eligible:
+		return bully.Node{}, fmt.Errorf("%w: %q", errTransferIneligible, name)
+	}
+	epoch := c.lease.epoch
+	if err := c.m.ResignWith(now, bully.Handover{Successor: mv.Node}); err != nil {
+		return bully.Node{}, fmt.Errorf("agent: transfer: %w", err)
+	}
+	c.log.Info("handing the term over", "to", name, "epoch", epoch)
+	c.process(now)
+	return bully.Node{}, nil
+}
+
+// transferReply answers a transfer forwarded by another node: Code is ""
+// on success, else "not_leader", "not_found" or "not_eligible", with a
+// message in Error.
+type transferReply struct {
+	Code  string `msgpack:"code,omitempty"`
+	Error string `msgpack:"error,omitempty"`
+}
+
+// onTransfer answers a transfer forwarded by another node.
+func (c *core) onTransfer(now time.Time, name string) *transferReply {
+	_, err := c.transfer(now, name)
+	switch {
+	case err == nil:
+		return &transferReply{}
+	case errors.Is(err, errNotLeaderHere):
+		return &transferReply{Code: "not_leader", Error: err.Error()}
+	case errors.Is(err, errTransferUnknown):
+		return &transferReply{Code: "not_found", Error: err.Error()}
+	default:
+		return &transferReply{Code: "not_eligible", Error: err.Error()}
+	}
+}
+
+// setEligible makes this node eligible to lead or not (a drain, or its
+// end; the agent passes its configured eligibility and-ed with not
+// drained). A leader made ineligible steps down through the deferred
+// release; cfg.Eligible follows, so that an ineligible node stops probing
+// its reach of the voters and an eligible one starts again.
+func (c *core) setEligible(now time.Time, eligible bool) {
+	c.cfg.Eligible = eligible
+	c.m.SetEligible(now, eligible)
+	c.process(now)
+}

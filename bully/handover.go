@@ -1,0 +1,197 @@
+package bully
+
+import "time"
+
+// Handover says how a leader's term ends (ResignWith).
+type Handover struct {
+	// Hold is how long this node stays out of elections: it neither
+	// campaigns nor answers ELECTIONs. Zero means Config.ResignHold.
+	Hold time.Duration
+	// Successor, when not zero, is the node the term is handed to. The
+	// RESIGN names it: it campaigns at once, without ELECTION or rank
+	// delay, while the others neither campaign nor start elections for
+	// the transfer window (Config.TransferWindow), and its COORDINATORs
+	// for the term it wins carry Chosen, so nodes that outrank it do not
+	// preempt that term. A successor that is not live, not eligible or
+	// cut off does not take over; the normal election follows the window.
+	// The caller picks a live eligible node; this node itself counts as
+	// none.
+	Successor Node
+}
+
+// handover is a Machine's record of terms ended and handed over.
+//
+// Resign is not undone: a node that resigned (yielded) claims nothing from
+// the leader that followed it (yieldTo, the first leader it follows after
+// the resign), however it ranks. It may lead again by election: once that
+// leader is gone and it follows another, once it leads again, or once it
+// is made eligible again after a drain (SetEligible).
+type handover struct {
+	yielded bool
+	yieldTo Node // zero until the next leader is known
+
+	// to is the successor named by a RESIGN this node received: until
+	// until, this node neither campaigns nor starts an election.
+	to    Node
+	until time.Time
+
+	// takeUntil: this node was named successor; until then it campaigns
+	// without ELECTION, and retries a refused lease round at once.
+	takeUntil time.Time
+	// chosenEpoch is the epoch of the lease round of a handed-over term;
+	// chosen marks the term this node leads as one handed to it, which it
+	// does not let a higher node preempt.
+	chosenEpoch uint64
+	chosen      bool
+}
+
+// yield records that this node resigned; successor is the node it handed
+// its term to, zero when the election decides.
+func (h *handover) yield(successor Node) {
+	h.yielded, h.yieldTo = true, successor
+	h.takeUntil, h.chosenEpoch = time.Time{}, 0
+}
+
+// follows records that this node adopted leader l.
+func (h *handover) follows(l Node) {
+	h.to, h.until, h.takeUntil = Node{}, time.Time{}, time.Time{}
+	switch {
+	case !h.yielded:
+	case h.yieldTo.IsZero():
+		h.yieldTo = l
+	case h.yieldTo != l:
+		h.yielded = false // the leader it resigned for is gone
+	}
+}
+
+// leads records that this node leads term epoch.
+func (h *handover) leads(epoch uint64) {
+	h.chosen = epoch == h.chosenEpoch
+	h.chosenEpoch, h.takeUntil = 0, time.Time{}
+	h.yielded, h.yieldTo = false, Node{}
+}
+
+// ResignWith makes the leader stop leading: it releases its lease (Ready),
+// sends RESIGN with hold to every live member, stays out of elections for
+// h.Hold (Config.ResignHold if zero), and from then on does not claim
+// leadership from the leader that follows it, even where it outranks that
+// leader (see handover). With h.Successor it hands the term to that node.
+// It returns ErrNotLeader when this node does not lead.
+func (m *Machine) ResignWith(now time.Time, h Handover) error {
+	if m.state != StateLeader {
+		return ErrNotLeader
+	}
+	if m.isSelf(h.Successor) {
+		h.Successor = Node{}
+	}
+	hold := h.Hold
+	if hold <= 0 {
+		hold, h.Hold = m.cfg.ResignHold, 0
+	}
+	m.holdUntil = now.Add(hold)
+	m.ho.yield(h.Successor)
+	m.endTerm(now, Message{Type: MsgResign, Hold: true, HoldFor: h.Hold, Successor: h.Successor})
+	return nil
+}
+
+// SetEligible changes whether this node may lead, as a drain and its end
+// do. A leader made ineligible steps down with hold, as Resign does; a
+// candidate stops campaigning. Made eligible again, it campaigns for a
+// vacancy and claims leadership from a lower leader as any node does, even
+// from the one that followed its own resign.
+func (m *Machine) SetEligible(now time.Time, eligible bool) {
+	if m.cfg.Self.Eligible == eligible {
+		return
+	}
+	m.cfg.Self.Eligible = eligible
+	if eligible {
+		m.ho.yielded, m.ho.yieldTo = false, Node{}
+		if m.state == StateFollower && m.leader.IsZero() {
+			m.scheduleCampaign(now)
+		}
+		return
+	}
+	m.ho.takeUntil, m.ho.chosenEpoch = time.Time{}, 0
+	switch {
+	case m.state == StateLeader:
+		m.endTerm(now, Message{Type: MsgResign, Hold: true})
+	case m.state.Campaigning():
+		// A lease round in flight that wins is released (Acquired).
+		m.state, m.acquiring = StateFollower, 0
+		m.forgetLeader(now)
+	}
+}
+
+// holdFor is how long the sender of a RESIGN with hold stays out.
+func (m *Machine) holdFor(msg Message) time.Duration {
+	if msg.HoldFor > 0 {
+		return msg.HoldFor
+	}
+	return m.cfg.ResignHold
+}
+
+// handedOver reports whether msg, a RESIGN, hands the latest term this
+// node knows to a successor it should act on: itself, or a live eligible
+// node. A RESIGN of an earlier term (delayed or duplicated) hands nothing
+// over, and a leader ignores it (conflict handles it).
+func (m *Machine) handedOver(msg Message) bool {
+	s := msg.Successor
+	if s.IsZero() || s == msg.From || m.state == StateLeader {
+		return false
+	}
+	if msg.Term < m.lastTerm || (msg.Term == m.lastTerm && msg.From != m.lastLeader) {
+		return false
+	}
+	if m.isSelf(s) {
+		return true
+	}
+	p, ok := m.live[s.Name]
+	return ok && p.Node == s && p.Eligible
+}
+
+// await leaves the election to successor s for the transfer window: no
+// campaign before its end, and an election of this node's own in progress
+// (no lease round yet) is dropped.
+func (m *Machine) await(now time.Time, s Node) {
+	m.ho.to, m.ho.until = s, now.Add(m.cfg.transferWindow())
+	if m.state == StateElecting || m.state == StateWaiting {
+		m.state = StateFollower
+	}
+	if m.state == StateFollower && m.leader.IsZero() {
+		m.scheduleCampaign(now)
+	}
+}
+
+// awaiting reports whether this node leaves the election to a successor.
+func (m *Machine) awaiting(now time.Time) bool {
+	return !m.ho.to.IsZero() && now.Before(m.ho.until)
+}
+
+// taking reports whether this node is a named successor still taking over.
+func (m *Machine) taking(now time.Time) bool { return now.Before(m.ho.takeUntil) }
+
+// takeOver makes this node, named successor, win at once: no ELECTION, no
+// rank delay. The lease round still decides (Ready.Acquire). Being named
+// ends a hold of this node's own resign: the operator asked for it by
+// name. A node that cannot lead now (ineligible, cut off from the voters)
+// does nothing: the others start the normal election when their transfer
+// window ends.
+func (m *Machine) takeOver(now time.Time) {
+	if !m.cfg.Self.Eligible || m.cutOff || m.state == StateLeader {
+		return
+	}
+	m.holdUntil = time.Time{}
+	if m.state != StateAcquiring {
+		m.win()
+	}
+	if m.state == StateAcquiring {
+		m.ho.chosenEpoch = m.acquiring
+	}
+}
+
+// mayClaimFrom reports whether this node may claim leadership from leader
+// l, whose COORDINATOR said chosen: not from a term handed over by name,
+// and not from the leader that followed this node's own resign.
+func (m *Machine) mayClaimFrom(l Node, chosen bool) bool {
+	return !chosen && !(m.ho.yielded && m.ho.yieldTo == l)
+}

@@ -1,0 +1,276 @@
+package bully
+
+import (
+	"testing"
+	"time"
+)
+
+// TestResignIsNotUndoneByPreemption: a leader that resigns does not claim
+// leadership back from the node that took over, even though it outranks it:
+// after its hold, the stabilisation delay and more, the successor still
+// leads the same term.
+func TestResignIsNotUndoneByPreemption(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", names...)
+	if err := s.nodes["n3"].m.Resign(s.now); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(time.Second)
+	second := s.agree("n2", names...)
+	if second <= first {
+		t.Fatalf("epoch after resign = %d, want > %d", second, first)
+	}
+	cfg := s.nodes["n3"].m.cfg
+	s.run(cfg.ResignHold + 2*cfg.AnnounceInterval + 2*cfg.Stabilization)
+	if got := s.agree("n2", names...); got != second {
+		t.Fatalf("n2's term changed from %d to %d: the resign was undone", second, got)
+	}
+}
+
+// TestResignHoldKeepsNodeOut: with a hold longer than ResignHold, the
+// resigned node stays out of elections for that hold, and the others leave
+// it out of theirs as long: when the next leader goes, the node below it
+// takes over without an ELECTION to the holding node. After the hold, and
+// the leader it resigned for gone, it leads again by preemption.
+func TestResignHoldKeepsNodeOut(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", names...)
+	cfg := s.nodes["n3"].m.cfg
+	hold := 3 * cfg.ResignHold
+	if err := s.nodes["n3"].m.ResignWith(s.now, Handover{Hold: hold}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(time.Second)
+	s.agree("n2", names...)
+	s.run(cfg.ResignHold + time.Second) // past the default hold, within the given one
+	s.crash("n2")
+	s.trace = nil
+	s.run(cfg.CoordinatorTimeout + time.Second)
+	s.agree("n1", "n3")
+	for _, m := range s.trace {
+		if m.Type == MsgElection && m.To.Name == "n3" || m.From.Name == "n3" && m.Type == MsgAnswer {
+			t.Fatalf("%v during n3's hold", m)
+		}
+	}
+	third := s.agree("n1", "n3")
+	s.run(hold)
+	if got := s.agree("n3", "n1"); got <= third {
+		t.Fatalf("after its hold n3 leads epoch %d, want > %d", got, third)
+	}
+}
+
+// TestTransferHandsTermToNamedSuccessor: the leader hands its term to n2,
+// not to the highest node below it: n2 takes over without any ELECTION,
+// its COORDINATORs say the term was chosen, and neither the old leader
+// nor n4 (which outranks n2) takes it from it.
+func TestTransferHandsTermToNamedSuccessor(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(5)
+	s.run(4 * time.Second)
+	first := s.agree("n5", names...)
+	s.trace = nil
+	if err := s.nodes["n5"].m.ResignWith(s.now, Handover{Successor: s.nodes["n2"].member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n5")
+	s.run(200 * time.Millisecond)
+	second := s.agree("n2", names...)
+	if second <= first {
+		t.Fatalf("epoch after transfer = %d, want > %d", second, first)
+	}
+	for _, m := range s.trace {
+		if m.Type == MsgElection {
+			t.Fatalf("%v during a transfer", m)
+		}
+		if m.Type == MsgCoordinator && !m.Chosen {
+			t.Fatalf("%v: the handed-over term is not marked chosen", m)
+		}
+	}
+	cfg := s.nodes["n5"].m.cfg
+	s.run(cfg.ResignHold + 2*cfg.AnnounceInterval + 3*cfg.Stabilization)
+	if got := s.agree("n2", names...); got != second {
+		t.Fatalf("n2's handed-over term %d was preempted (now %d)", second, got)
+	}
+}
+
+// TestChosenTermIsNotPreemptedByNewcomers: nodes that learn of a
+// handed-over term from its COORDINATOR (a restarted old leader that forgot
+// it resigned, a new higher node) do not preempt it either. A later term of
+// the same leader, won by election, is preempted as usual.
+func TestChosenTermIsNotPreemptedByNewcomers(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", names...)
+	if err := s.nodes["n3"].m.ResignWith(s.now, Handover{Successor: s.nodes["n1"].member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(200 * time.Millisecond)
+	chosen := s.agree("n1", names...)
+	s.crash("n3")
+	s.start("n3")
+	s.add("n9", 9, true)
+	cfg := s.nodes["n3"].m.cfg
+	s.run(cfg.StartupDelay + 2*cfg.AnnounceInterval + 3*cfg.Stabilization)
+	if got := s.agree("n1", "n2", "n3", "n9"); got != chosen {
+		t.Fatalf("the chosen term %d was preempted (now %d)", chosen, got)
+	}
+	// The chosen term ends (its lease is lost): the vacancy goes to the
+	// highest node, by election.
+	s.nodes["n1"].m.LeaseLost(s.now, chosen)
+	s.flush("n1")
+	s.run(cfg.CoordinatorTimeout + 2*time.Second)
+	if got := s.agree("n9", "n1", "n2", "n3"); got <= chosen {
+		t.Fatalf("after the chosen term ended: epoch %d, want > %d", got, chosen)
+	}
+}
+
+// TestTransferToSilentSuccessorFallsBack: a successor that gossip lists but
+// that does not take over (frozen) holds the election up for the transfer
+// window only; then the normal election picks the highest node left.
+func TestTransferToSilentSuccessorFallsBack(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(4)
+	s.run(4 * time.Second)
+	s.agree("n4", names...)
+	s.nodes["n2"].mute = true
+	cfg := s.nodes["n4"].m.cfg
+	if err := s.nodes["n4"].m.ResignWith(s.now, Handover{Successor: s.nodes["n2"].member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n4")
+	s.run(cfg.transferWindow() - 50*time.Millisecond)
+	if got := s.leaders(); len(got) != 0 {
+		t.Fatalf("leaders %v within the transfer window to a frozen successor", got)
+	}
+	s.run(cfg.Jitter + time.Second)
+	s.agree("n3", "n1", "n4")
+}
+
+// TestStaleTransferIsIgnored: a RESIGN naming a successor for a term older
+// than the one the successor follows (delayed or duplicated) does not make
+// it campaign.
+func TestStaleTransferIsIgnored(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	old := s.agree("n3", names...)
+	if err := s.nodes["n3"].m.Resign(s.now); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(time.Second)
+	cur := s.agree("n2", names...)
+	n1, n3 := s.nodes["n1"], s.nodes["n3"]
+	n1.m.Step(s.now, Message{Type: MsgResign, From: n3.member.Node, To: n1.member.Node, Epoch: old,
+		Leader: n3.member.Node, Term: old, Hold: true, Successor: n1.member.Node})
+	if rd := n1.m.Ready(); rd.Acquire != 0 || len(rd.Messages) != 0 {
+		t.Fatalf("a stale transfer made n1 act: %+v", rd)
+	}
+	if got := s.agree("n2", names...); got != cur {
+		t.Fatalf("term changed from %d to %d", cur, got)
+	}
+}
+
+// TestSuccessorRetriesRefusedRound: the named successor wins at once (a
+// lease round, no ELECTION); a refused round is retried within the
+// transfer window rather than after the refusing promises run out, and the
+// term it wins is announced as chosen.
+func TestSuccessorRetriesRefusedRound(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
+	m, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, n3 := Node{ID: 2, Name: "n2"}, Node{ID: 3, Name: "n3"}
+	m.SetMembers(t0, []Member{cfg.Self, {Node: n2, Eligible: true}, {Node: n3, Eligible: true}})
+	m.Step(t0, Message{Type: MsgCoordinator, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4})
+	m.Ready()
+	m.Step(t0, Message{Type: MsgResign, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4, Hold: true, Successor: cfg.Self.Node})
+	rd := m.Ready()
+	if rd.Acquire != 5 || len(rd.Messages) != 0 {
+		t.Fatalf("successor: acquire %d, messages %v; want acquire 5 and no ELECTION", rd.Acquire, brief(rd.Messages))
+	}
+	m.AcquireFailed(t0, 5, 5, cfg.RetryDelay*10) // refused: n3's promises still held
+	m.Tick(t0.Add(cfg.ElectionTimeout/2 + cfg.Jitter))
+	if rd := m.Ready(); rd.Acquire != 6 || len(rd.Messages) != 0 {
+		t.Fatalf("retry: acquire %d, messages %v; want acquire 6 at once", rd.Acquire, brief(rd.Messages))
+	}
+	m.Acquired(t0, 6)
+	rd = m.Ready()
+	if len(rd.Messages) != 2 || !rd.Messages[0].Chosen || !rd.Messages[1].Chosen {
+		t.Fatalf("announcement of the handed-over term: %v", rd.Messages)
+	}
+}
+
+// TestDrainedLeaderStepsDownAndStaysOut: a leader made ineligible steps
+// down and releases its lease; it neither campaigns nor claims while
+// ineligible, however long; made eligible again it preempts as usual.
+func TestDrainedLeaderStepsDownAndStaysOut(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", names...)
+	s.setEligible("n3", false)
+	s.run(time.Second)
+	second := s.agree("n2", names...)
+	cfg := s.nodes["n3"].m.cfg
+	s.trace = nil
+	s.run(cfg.ResignHold + 3*cfg.Stabilization)
+	if got := s.agree("n2", names...); got != second || second <= first {
+		t.Fatalf("terms %d, %d, %d: want n2's term to stay", first, second, got)
+	}
+	for _, m := range s.trace {
+		if m.From.Name == "n3" && m.Type != MsgInfo {
+			t.Fatalf("drained n3 sent %v", m)
+		}
+	}
+	s.setEligible("n3", true)
+	s.run(cfg.AnnounceInterval + cfg.Stabilization + time.Second)
+	if got := s.agree("n3", names...); got <= second {
+		t.Fatalf("n3 leads epoch %d after its drain ended, want > %d", got, second)
+	}
+}
+
+// setEligible makes a node eligible or not, as a drain does: the machine
+// is told, and gossip spreads the node's new eligibility.
+func (s *sim) setEligible(name string, eligible bool) {
+	n := s.nodes[name]
+	n.member.Eligible = eligible
+	n.m.SetEligible(s.now, eligible)
+	s.flush(name)
+	s.syncViews()
+}
+
+// TestTransferBackToHoldingNode: a node named successor takes over even
+// while it holds after its own resign or transfer: the operator named it.
+func TestTransferBackToHoldingNode(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", names...)
+	n1, n3 := s.nodes["n1"], s.nodes["n3"]
+	if err := n3.m.ResignWith(s.now, Handover{Successor: n1.member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n3")
+	s.run(200 * time.Millisecond)
+	second := s.agree("n1", names...)
+	if err := n1.m.ResignWith(s.now, Handover{Successor: n3.member.Node}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n1")
+	s.run(200 * time.Millisecond)
+	if got := s.agree("n3", names...); got <= second {
+		t.Fatalf("n3 leads epoch %d, want > %d", got, second)
+	}
+}

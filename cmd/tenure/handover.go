@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tenurehq/tenure/rpc"
+)
+
+func drainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "drain",
+		Usage: "stop this node from leading, now and after restarts (a leader resigns); --off lifts it",
+		Description: "A drained node still votes and follows, but does not lead, across restarts (the file\n" +
+			"`drained` in its data dir records the drain), until `tenure drain --off`. A drained leader\n" +
+			"hands over as `tenure resign` does: its `tenure run` commands stop before the next leader's start.",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.BoolFlag{Name: "off", Usage: "lift the drain: the node may lead again"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return fail(2, "tenure drain: takes no arguments (it drains the local node)")
+			}
+			off := c.Bool("off")
+			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+				if err := cl.Drain(ctx, !off); err != nil {
+					return err
+				}
+				if off {
+					fmt.Fprintln(c.App.Writer, "drain lifted: this node may lead again")
+				} else {
+					fmt.Fprintln(c.App.Writer, "drained: this node does not lead until `tenure drain --off`")
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func transferCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "transfer",
+		Usage:     "make the leader hand its term to NODE (through the leader); waits until NODE leads",
+		ArgsUsage: "NODE",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.DurationFlag{Name: "wait", Value: 10 * time.Second, Usage: "how long to wait for NODE to lead (0: do not wait)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fail(2, "tenure transfer: give exactly one node name")
+			}
+			name := c.Args().First()
+			if err := withClient(c, func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, name) }); err != nil {
+				return err
+			}
+			if c.Duration("wait") <= 0 {
+				fmt.Fprintf(c.App.Writer, "transfer to %s requested\n", name)
+				return nil
+			}
+			return waitLeads(c, name, c.Duration("wait"))
+		},
+	}
+}
+
+// waitLeads polls the local agent until it names name leader, for at most
+// d.
+func waitLeads(c *cli.Context, name string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(c.Context, d)
+	defer cancel()
+	cl, err := rpc.Dial(ctx, c.String("socket"))
+	if err != nil {
+		return clientError(err)
+	}
+	defer cl.Close()
+	for {
+		l, err := cl.Leader(ctx)
+		switch {
+		case err == nil && l.Node == name:
+			fmt.Fprintf(c.App.Writer, "%s leads, epoch %d\n", l.Node, l.Epoch)
+			return nil
+		case err != nil && !errors.Is(err, rpc.ErrNoLeader) && ctx.Err() == nil:
+			return clientError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return fail(1, "tenure transfer: %s does not lead after %v (it may have failed to take the lease; the election then picks the leader)", name, d)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
