@@ -379,3 +379,130 @@ func TestVotersSpreadOverZonesInNamespaces(t *testing.T) {
 		t.Fatalf("tenure members does not show zones:\n%s", out)
 	}
 }
+
+// journal is the shared file the `tenure run` commands of a fleet test
+// append their starts and stops to, one line each: "start|stop HOST EPOCH
+// UNIXNANO".
+type journalEntry struct {
+	what, host string
+	epoch      uint64
+	at         int64
+}
+
+// runEverywhere starts `tenure run` against every host's agent with a
+// command that records its start and its stop (on SIGTERM) in the
+// journal, and stops the supervisors when the test ends.
+func (f *fleet) runEverywhere(journal string) {
+	f.t.Helper()
+	script := `echo "start $H $TENURE_EPOCH $(date +%s%N)" >> "$J"
+trap 'echo "stop $H $TENURE_EPOCH $(date +%s%N)" >> "$J"; exit 0' TERM
+while :; do sleep 0.05; done`
+	for i := range f.hosts {
+		cmd := exec.Command(binary, "run", "--socket", f.socket(i), "--grace", "300ms", "--shell", "--", script)
+		cmd.Env = append(os.Environ(), "H="+f.name(i), "J="+journal)
+		log, err := os.Create(filepath.Join(f.dir, f.name(i)+".run.log"))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			f.t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); log.Close(); close(done) }()
+		f.t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+}
+
+// readJournal parses the journal.
+func readJournal(t *testing.T, path string) []journalEntry {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []journalEntry
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e journalEntry
+		if line == "" {
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "%s %s %d %d", &e.what, &e.host, &e.epoch, &e.at); err != nil {
+			t.Fatalf("journal line %q: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// runs turns the journal into the hosts whose command ran, in order, and
+// fails the test if two commands ever ran at once.
+func runs(t *testing.T, entries []journalEntry) []string {
+	t.Helper()
+	slices.SortStableFunc(entries, func(a, b journalEntry) int { return int(a.at - b.at) })
+	var order []string
+	running := ""
+	for _, e := range entries {
+		switch e.what {
+		case "start":
+			if running != "" {
+				t.Fatalf("%s's command started while %s's ran: %+v", e.host, running, entries)
+			}
+			running = e.host
+			order = append(order, e.host)
+		case "stop":
+			running = ""
+		}
+	}
+	return order
+}
+
+// TestDrainAndTransferMoveRunOnceInNamespaces: three hosts run the same
+// `tenure run` command. Draining the leader h3 moves it once, to h2;
+// transferring to h1 (asked of h3, which forwards it) moves it once, to
+// h1, though h2 outranks h1; neither move is undone later (after the
+// resign hold and the stabilisation delay), and no two commands ever run
+// at once.
+func TestDrainAndTransferMoveRunOnceInNamespaces(t *testing.T) {
+	f := newFleet(t, 3)
+	defer f.dumpLogs()
+	for i := range 3 {
+		f.start(i, "--expect", "3")
+	}
+	journal := filepath.Join(f.dir, "journal")
+	f.runEverywhere(journal)
+	expect := func(what string, want []string) {
+		t.Helper()
+		f.waitFor(20*time.Second, what, func() string {
+			if got := runs(t, readJournal(t, journal)); !slices.Equal(got, want) {
+				return fmt.Sprintf("commands ran on %v, want %v", got, want)
+			}
+			return ""
+		})
+	}
+	expect("the command runs on h3", []string{"h3"})
+	if _, errOut, code := tenure(t, "drain", "--socket", f.socket(2)); code != 0 {
+		t.Fatalf("tenure drain: exit %d: %s", code, errOut)
+	}
+	expect("the drain moves the command to h2", []string{"h3", "h2"})
+	if _, errOut, code := tenure(t, "transfer", "--socket", f.socket(2), "h1"); code != 0 {
+		t.Fatalf("tenure transfer h1: exit %d: %s", code, errOut)
+	}
+	expect("the transfer moves the command to h1", []string{"h3", "h2", "h1"})
+	time.Sleep(15 * time.Second) // past the resign hold and the stabilisation delay
+	if got := runs(t, readJournal(t, journal)); !slices.Equal(got, []string{"h3", "h2", "h1"}) {
+		t.Fatalf("commands ran on %v: a move was undone", got)
+	}
+	m := f.members(0)
+	if !m["h3"].Drained || m["h3"].Eligible {
+		t.Fatalf("h3 as h1 sees it: %+v, want drained and not eligible", m["h3"])
+	}
+}
