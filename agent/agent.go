@@ -31,6 +31,7 @@ type Agent struct {
 	rosters *leasing.RosterStore
 	pledges *leasing.RosterStore
 	events  *broadcaster
+	counts  counters
 
 	peers   *gossip.Transport
 	members *gossip.Membership

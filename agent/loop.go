@@ -40,6 +40,7 @@ func (a *Agent) loop() {
 				a.abort(errors.New("agent: gossip membership ended (was this node's name taken by another node?)"))
 				return
 			}
+			a.counts.add("gossip." + ev.Type.String())
 			a.publishMember(ev)
 			a.syncMembers()
 		case f := <-a.inbox:
@@ -74,6 +75,7 @@ func (a *Agent) do(ctx context.Context, f func()) error {
 
 // syncMembers gives the core the live members gossip knows.
 func (a *Agent) syncMembers() {
+	a.counts.add("sync_members")
 	var views []memberView
 	alive := 0
 	for _, m := range a.members.Members() {
@@ -107,6 +109,7 @@ func (a *Agent) syncMembers() {
 // the messages it sent are delivered or failed.
 func (a *Agent) flush() *sync.WaitGroup {
 	var sent sync.WaitGroup
+	a.counts.add("flush")
 	if err := a.core.failed; err != nil {
 		a.fail(err)
 		return &sent
@@ -137,6 +140,7 @@ func (a *Agent) advertiseCluster() {
 	if r.IsZero() || (r.ClusterID == a.advertised.ClusterID && r.Version == a.advertised.Version) {
 		return
 	}
+	a.counts.add("set_tags")
 	if err := a.members.SetTags(a.gossipTags(r)); err != nil {
 		a.log.Warn("advertise roster", "err", err)
 		return

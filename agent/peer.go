@@ -28,6 +28,7 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.counts.add("recv." + env.kind())
 	if m := env.Bully; m != nil && m.To != a.self() {
 		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
@@ -61,6 +62,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		a.log.Error("encode peer message", "err", err)
 		return
 	}
+	a.counts.add("send." + msg.env.kind())
 	a.sends.Add(1)
 	sent.Add(1)
 	go func() {
@@ -94,6 +96,7 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 	if env == (envelope{Version: peerVersion}) {
 		return
 	}
+	a.counts.add("reply." + env.kind())
 	_ = a.do(a.ctx, func() {
 		a.core.receive(a.cfg.Clock.Now(), env)
 		a.flush()

@@ -62,6 +62,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "hook-timeout", Value: hooks.DefaultTimeout, Usage: "bound on each hook run; then its process group is stopped", EnvVars: env("hook-timeout")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
 		},
 		Action: runAgent,
 	}
@@ -79,6 +80,14 @@ func runAgent(c *cli.Context) error {
 		// not a regular file, no cluster key on an address other hosts
 		// reach, a keyring file without the --encrypt key, a socket in use.
 		return fail(2, "tenure agent: %v", err)
+	}
+	if addr := c.String("debug-addr"); addr != "" {
+		d, err := startDebug(addr, a, cfg.Logger)
+		if err != nil {
+			a.Halt()
+			return fail(2, "tenure agent: %v", err)
+		}
+		defer d.close()
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
