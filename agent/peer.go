@@ -103,8 +103,13 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 	})
 }
 
-// peerAddr looks up the peer transport address gossip advertises for n.
+// peerAddr looks up the peer transport address gossip advertises for n:
+// in the book of the last membership sync, else (a member gossip reported
+// since) in gossip's list.
 func (a *Agent) peerAddr(n bully.Node) (string, bool) {
+	if addr, ok := a.book.lookup(n); ok {
+		return addr, true
+	}
 	for _, m := range a.members.Members() {
 		if m.Name == n.Name && m.ID == n.ID && m.PeerAddr != "" {
 			return m.PeerAddr, true

@@ -85,7 +85,7 @@ func counterRates(before, after counterSet, secs float64, group func(string) boo
 }
 
 // logRates logs the counters that moved, per agent per second.
-func logRates(t *testing.T, what string, rs map[string]rate) {
+func logRates(t *testing.T, what, unit string, rs map[string]rate) {
 	var keys []string
 	for k, r := range rs {
 		if r.Max > 0 {
@@ -96,7 +96,7 @@ func logRates(t *testing.T, what string, rs map[string]rate) {
 	var b strings.Builder
 	for _, k := range keys {
 		r := rs[k]
-		fmt.Fprintf(&b, "\n    %-28s mean %8.2f/s  max %8.2f/s (%s)", k, r.Mean, r.Max, r.MaxAgent)
+		fmt.Fprintf(&b, "\n    %-28s mean %8.2f%s  max %8.2f%s (%s)", k, r.Mean, unit, r.Max, unit, r.MaxAgent)
 	}
 	t.Logf("%s, per agent:%s", what, b.String())
 }

@@ -26,14 +26,16 @@ type idleResult struct {
 	SocketsMean float64 `json:"sockets_mean"` // open socket file descriptors
 	SocketsMax  int     `json:"sockets_max"`
 	MaxCPUAgent string  `json:"max_cpu_agent"`
+	WakeupsMean float64 `json:"wakeups_mean"` // context switches per second, all threads
 }
 
 // measureIdle samples every live agent's CPU time at the start and end of
 // the window, and its RSS and open sockets at the end.
 func measureIdle(t *testing.T, agents []*scaleAgent, window time.Duration) idleResult {
-	before := map[string]uint64{}
+	before, switches := map[string]uint64{}, map[string]uint64{}
 	for _, a := range agents {
 		before[a.name], _ = cpuTicks(a.cmd.Process.Pid)
+		switches[a.name] = contextSwitches(a.cmd.Process.Pid)
 	}
 	begin := time.Now()
 	time.Sleep(window)
@@ -48,6 +50,7 @@ func measureIdle(t *testing.T, agents []*scaleAgent, window time.Duration) idleR
 			continue
 		}
 		live++
+		r.WakeupsMean += float64(contextSwitches(pid)-switches[a.name]) / el
 		pct := float64(after-before[a.name]) / clockTicks / el * 100
 		r.CPUSumPct += pct
 		if pct > r.CPUMaxPct {
@@ -64,9 +67,10 @@ func measureIdle(t *testing.T, agents []*scaleAgent, window time.Duration) idleR
 		r.CPUMeanPct = r.CPUSumPct / float64(live)
 		r.RSSMeanMiB /= float64(live)
 		r.SocketsMean /= float64(live)
+		r.WakeupsMean /= float64(live)
 	}
-	t.Logf("idle %.0fs: CPU per agent mean %.2f%% max %.2f%% (%s), all %.0f%%; RSS mean %.1f MiB max %.1f MiB; sockets mean %.1f max %d (load %s)",
-		el, r.CPUMeanPct, r.CPUMaxPct, r.MaxCPUAgent, r.CPUSumPct, r.RSSMeanMiB, r.RSSMaxMiB, r.SocketsMean, r.SocketsMax, loadAverage())
+	t.Logf("idle %.0fs: CPU per agent mean %.2f%% max %.2f%% (%s), all %.0f%%; RSS mean %.1f MiB max %.1f MiB; sockets mean %.1f max %d; context switches %.0f/s (load %s)",
+		el, r.CPUMeanPct, r.CPUMaxPct, r.MaxCPUAgent, r.CPUSumPct, r.RSSMeanMiB, r.RSSMaxMiB, r.SocketsMean, r.SocketsMax, r.WakeupsMean, loadAverage())
 	return r
 }
 
@@ -119,4 +123,41 @@ func sockets(pid int) int {
 		}
 	}
 	return n
+}
+
+// contextSwitches sums the voluntary and involuntary context switches of
+// every thread of pid.
+func contextSwitches(pid int) uint64 {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var n uint64
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasSuffix(f[0], "ctxt_switches:") {
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// cpuSeconds is the mean CPU time, in seconds, the live agents have used
+// since they started.
+func cpuSeconds(agents []*scaleAgent) float64 {
+	var sum float64
+	n := 0
+	for _, a := range agents {
+		if a.dead {
+			continue
+		}
+		if ticks, err := cpuTicks(a.cmd.Process.Pid); err == nil {
+			sum += float64(ticks) / clockTicks
+			n++
+		}
+	}
+	return sum / float64(max(n, 1))
 }

@@ -71,6 +71,7 @@ type scaleResult struct {
 	Leader        string     `json:"leader"`
 	Failover      float64    `json:"failover_s"` // -1: none within the wait
 	FailoverEpoch uint64     `json:"failover_epoch"`
+	StartCPU      float64    `json:"start_cpu_s"` // mean CPU seconds per agent from start to agreement
 	Idle          idleResult `json:"idle"`
 	Load          [2]string  `json:"load"` // load average at start and end
 }
@@ -118,10 +119,12 @@ func TestScale(t *testing.T) {
 		t.Logf("all %d agree on %s epoch %d after %.1fs", n, leader.name, leader.epoch, res.Agree)
 	}
 	pl.close()
+	res.StartCPU = cpuSeconds(agents)
+	t.Logf("CPU used per agent from the start to agreement: %.2f s", res.StartCPU)
 	isVoter := func(name string) bool { return name <= agents[voters-1].name }
 	all := func(string) bool { return true }
 	c0 := fetchCounters(agents)
-	logRates(t, "counters from the start to agreement (totals)", counterRates(counterSet{}, c0, 1, all))
+	logRates(t, "counters from the start to agreement (totals)", "", counterRates(counterSet{}, c0, 1, all))
 
 	for _, a := range agents {
 		if a.name == leader.name || a == agents[0] || (a == agents[min(voters, n-1)] && a.name != leader.name) {
@@ -131,9 +134,9 @@ func TestScale(t *testing.T) {
 	res.Idle = measureIdle(t, agents, *scaleIdle)
 	c1 := fetchCounters(agents)
 	secs := res.Idle.Seconds
-	logRates(t, "idle counters, voters", counterRates(c0, c1, secs, isVoter))
-	logRates(t, "idle counters, observers", counterRates(c0, c1, secs, func(s string) bool { return !isVoter(s) && s != leader.name }))
-	logRates(t, "idle counters, the leader", counterRates(c0, c1, secs, func(s string) bool { return s == leader.name }))
+	logRates(t, "idle counters, voters", "/s", counterRates(c0, c1, secs, isVoter))
+	logRates(t, "idle counters, observers", "/s", counterRates(c0, c1, secs, func(s string) bool { return !isVoter(s) && s != leader.name }))
+	logRates(t, "idle counters, the leader", "/s", counterRates(c0, c1, secs, func(s string) bool { return s == leader.name }))
 	_ = all
 
 	if ok {
@@ -442,10 +445,10 @@ func loadAverage() string {
 }
 
 func report(t *testing.T, r scaleResult) {
-	t.Logf("| N | voters | timing | time to agree | epoch at agreement | failover | epoch after | RSS per agent (mean/max) | CPU per agent idle (mean/max) | sockets per agent (mean/max) | load |")
-	t.Logf("| %d | %d | %s | %s | %d | %s | %d | %.1f/%.1f MiB | %.2f/%.2f %% | %.1f/%d | %s → %s |",
-		r.N, r.Voters, r.Timing, secs(r.Agree), r.Epoch, secs(r.Failover), r.FailoverEpoch,
-		r.Idle.RSSMeanMiB, r.Idle.RSSMaxMiB, r.Idle.CPUMeanPct, r.Idle.CPUMaxPct,
+	t.Logf("| N | voters | timing | time to agree | epoch at agreement | failover | epoch after | CPU per agent to agree | RSS per agent (mean/max) | CPU per agent idle (mean/max) | wakeups/s per agent idle | sockets per agent (mean/max) | load |")
+	t.Logf("| %d | %d | %s | %s | %d | %s | %d | %.2f s | %.1f/%.1f MiB | %.2f/%.2f %% | %.0f | %.1f/%d | %s → %s |",
+		r.N, r.Voters, r.Timing, secs(r.Agree), r.Epoch, secs(r.Failover), r.FailoverEpoch, r.StartCPU,
+		r.Idle.RSSMeanMiB, r.Idle.RSSMaxMiB, r.Idle.CPUMeanPct, r.Idle.CPUMaxPct, r.Idle.WakeupsMean,
 		r.Idle.SocketsMean, r.Idle.SocketsMax, r.Load[0], r.Load[1])
 	if *scaleOut == "" {
 		return
