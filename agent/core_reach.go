@@ -44,8 +44,11 @@ func (c *core) probeReach(now time.Time) {
 
 // wantsProbe: an eligible follower probes when the answer matters to the
 // election: it outranks the leader and would claim leadership from it, or
-// no leader is known and it is cut off (to notice the repair) or about to
-// campaign. A follower whose campaign is further off does not probe: the
+// no leader is known and it is about to campaign (a cut-off node, too,
+// notices the repair before its next turn: the election puts its campaign
+// off by its rank delay each time it finds it cut off, and it probes as
+// that turn comes). A follower whose campaign is further off does not
+// probe: the
 // nodes below the top wait one rank delay per node above them, so only the
 // few nearest the top probe, and a voter's probe load does not grow with
 // the fleet (every eligible node probing every voter each interval made
@@ -58,7 +61,7 @@ func (c *core) wantsProbe(now time.Time) bool {
 	if !st.Leader.IsZero() {
 		return c.cfg.Election.Preempt && st.Leader.Less(c.cfg.Self)
 	}
-	return c.reach.cutOff || c.campaignNear(now, st)
+	return c.campaignNear(now, st)
 }
 
 // campaignNear: the election machine campaigns, or its campaign timer ends
