@@ -64,11 +64,12 @@ func (c *core) wantsProbe(now time.Time) bool {
 	return c.campaignNear(now, st)
 }
 
-// campaignNear: the election machine campaigns, or its campaign timer ends
-// within one probe interval and a probe budget, so a probe started now
-// concludes before it.
+// campaignNear: the election machine campaigns (other than waiting for the
+// COORDINATOR of a higher node that answered it), or its campaign timer
+// ends within one probe interval and a probe budget, so a probe started
+// now concludes before it.
 func (c *core) campaignNear(now time.Time, st bully.Status) bool {
-	if st.State != bully.StateFollower {
+	if st.State != bully.StateFollower && st.State != bully.StateWaiting {
 		return true
 	}
 	d := c.m.Deadline()

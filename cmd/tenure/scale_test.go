@@ -45,6 +45,7 @@ var (
 	scalePort     = flag.Int("scale.port", 0, "first port (0: a free range is picked); agent i uses port+2i and port+2i+1")
 	scaleOut      = flag.String("scale.out", "", "append the result as one JSON line to this file")
 	scaleKeep     = flag.Bool("scale.keep", false, "keep the work directory (logs) after the run")
+	scaleBinary   = flag.String("scale.binary", "", "run this tenure binary instead of the one built from this tree (to measure an older version); it gets no --debug-addr, so no counters or profiles")
 )
 
 // scaleAgent is one agent process of the run.
@@ -57,7 +58,8 @@ type scaleAgent struct {
 	debug  string // the agent's debug address
 	cmd    *exec.Cmd
 	log    *os.File
-	dead   bool
+	dead   bool          // killed by the run
+	exited chan struct{} // closed when the process has exited
 }
 
 // scaleResult is what the run measured.
@@ -102,6 +104,11 @@ func TestScale(t *testing.T) {
 		a.start(t, agents, scaleKey(t))
 	}
 	res.StartAll = time.Since(start).Seconds()
+	time.AfterFunc(3*time.Second, func() {
+		if gone := exitedEarly(agents); len(gone) > 0 {
+			t.Logf("agents exited by themselves (see their logs): %v", gone)
+		}
+	})
 	t.Logf("started %d agents in %.1fs (load %s)", n, res.StartAll, loadAverage())
 	var profiles sync.WaitGroup
 	defer profiles.Wait()
@@ -152,6 +159,9 @@ func TestScale(t *testing.T) {
 		}
 	}
 	res.Load[1] = loadAverage()
+	if gone := exitedEarly(agents); len(gone) > 0 {
+		t.Errorf("agents exited by themselves (see their logs): %v", gone)
+	}
 	report(t, res)
 	checkTargets(t, res)
 }
@@ -211,6 +221,10 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	if *scaleTTL > 0 {
 		args = append(args, "--lease-ttl", scaleTTL.String())
 	}
+	bin := binary
+	if *scaleBinary != "" {
+		bin, a.debug = *scaleBinary, ""
+	}
 	if a.debug != "" {
 		args = append(args, "--debug-addr", a.debug)
 	}
@@ -219,12 +233,33 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 		t.Fatal(err)
 	}
 	a.log = log
-	a.cmd = exec.Command(binary, args...)
+	a.cmd = exec.Command(bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = log, log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", a.name, err)
 	}
+	a.exited = make(chan struct{})
+	go func() {
+		a.cmd.Wait()
+		close(a.exited)
+	}()
+}
+
+// exitedEarly lists the agents whose process ended without being killed
+// by the run (a port taken, a crash): their log says why.
+func exitedEarly(agents []*scaleAgent) []string {
+	var out []string
+	for _, a := range agents {
+		select {
+		case <-a.exited:
+			if !a.dead {
+				out = append(out, a.name)
+			}
+		default:
+		}
+	}
+	return out
 }
 
 func stopAgents(agents []*scaleAgent) {
@@ -234,8 +269,8 @@ func stopAgents(agents []*scaleAgent) {
 		}
 	}
 	for _, a := range agents {
-		if a.cmd != nil && !a.dead {
-			a.cmd.Wait()
+		if a.exited != nil {
+			<-a.exited
 			a.dead = true
 		}
 		if a.log != nil {
@@ -245,10 +280,12 @@ func stopAgents(agents []*scaleAgent) {
 }
 
 // freePortRange finds count consecutive ports free for TCP and UDP on
-// 127.0.0.1.
+// 127.0.0.1, below Linux's ephemeral range (32768-60999): the agents' own
+// outgoing connections take ports from that range, and would take the
+// listening port of an agent started after them.
 func freePortRange(t *testing.T, count int) int {
 	for try := 0; try < 50; try++ {
-		base := 20000 + int(time.Now().UnixNano()%20000)
+		base := 10000 + int(time.Now().UnixNano()%int64(32768-10000-count))
 		if portsFree(base, count) {
 			return base
 		}
@@ -418,9 +455,9 @@ func failover(t *testing.T, agents []*scaleAgent, leader string) (float64, uint6
 			rest = append(rest, a)
 			continue
 		}
-		a.cmd.Process.Signal(syscall.SIGKILL)
-		a.cmd.Wait()
 		a.dead = true
+		a.cmd.Process.Signal(syscall.SIGKILL)
+		<-a.exited
 	}
 	killed := time.Now()
 	pl := newPoller(rest)
