@@ -45,6 +45,7 @@ var (
 	scalePort     = flag.Int("scale.port", 0, "first port (0: a free range is picked); agent i uses port+2i and port+2i+1")
 	scaleOut      = flag.String("scale.out", "", "append the result as one JSON line to this file")
 	scaleKeep     = flag.Bool("scale.keep", false, "keep the work directory (logs) after the run")
+	scaleSeeds    = flag.String("scale.seeds", "first", "which agents the others --join: first (agents 1-3, voters) or last (the three highest, observers when VOTERS < N-2)")
 	scaleBinary   = flag.String("scale.binary", "", "run this tenure binary instead of the one built from this tree (to measure an older version); it gets no --debug-addr, so no counters or profiles")
 )
 
@@ -196,7 +197,7 @@ var keyOnce = sync.OnceValue(func() string {
 
 func scaleKey(*testing.T) string { return keyOnce() }
 
-// start starts agent a's process, joining the first three agents.
+// start starts agent a's process, joining three seed agents (-scale.seeds).
 func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	dir := filepath.Dir(a.sock)
 	host, port, _ := net.SplitHostPort(a.gossip)
@@ -208,7 +209,11 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 		"--encrypt", key, "--timing", *scaleTiming, "--log-level", "info",
 		"--max-members", fmt.Sprint(max(2*len(all), 128)),
 	}
-	for _, s := range all[:min(3, len(all))] {
+	seeds := all[:min(3, len(all))]
+	if *scaleSeeds == "last" {
+		seeds = all[max(0, len(all)-3):]
+	}
+	for _, s := range seeds {
 		if s != a {
 			args = append(args, "--join", s.gossip)
 		}
