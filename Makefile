@@ -7,7 +7,7 @@ GO ?= go
 # the deadline with no failing input (golang/go#75804, fixed in go1.27).
 FUZZTIME ?= 20000x
 
-.PHONY: build demo cluster test check fuzz-short fuzz sim
+.PHONY: build demo cluster test check fuzz-short fuzz sim scale
 
 build:
 	$(GO) build -o bin/tenure ./cmd/tenure
@@ -49,3 +49,16 @@ sim:
 # A longer fuzz run: make fuzz FUZZTIME=2000000x (or a duration such as 10m,
 # keeping in mind the go1.26 deadline race above).
 fuzz: fuzz-short
+
+# The scale run (not part of make test): N real agent processes on
+# 127.0.0.1 with a cluster key, VOTERS of them voters and the rest
+# observers; it reports the time to agree on a leader, the epoch, the idle
+# CPU and RSS per agent, and the failover after a kill -9 of the leader
+# (docs/BENCHMARKS.md). The CI-sized form: make scale N=10 VOTERS=3.
+N ?= 100
+VOTERS ?= 5
+TIMING ?= lan
+SCALEFLAGS ?=
+scale:
+	$(GO) test -tags scale -count=1 -timeout=30m -run='^TestScale$$' -v ./cmd/tenure \
+		-args -scale.n=$(N) -scale.voters=$(VOTERS) -scale.timing=$(TIMING) $(SCALEFLAGS)

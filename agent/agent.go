@@ -32,6 +32,8 @@ type Agent struct {
 	rosters *leasing.RosterStore
 	pledges *leasing.RosterStore
 	events  *broadcaster
+	counts  counters
+	book    addrBook // peer addresses by member name
 
 	peers   *gossip.Transport
 	members *gossip.Membership
@@ -42,6 +44,7 @@ type Agent struct {
 	// inbox carries work for the driver goroutine, the only one that
 	// touches core.
 	inbox      chan func()
+	memberSync memberSync // driver goroutine only
 	core       *core
 	advertised leasing.Roster // the roster this node's gossip tags advertise
 	host       string         // the host other agents reach this one at
@@ -81,13 +84,14 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.Name),
-		events:   newBroadcaster(),
-		runners:  newRunnerSet(),
-		inbox:    make(chan func()),
-		loopDone: make(chan struct{}),
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With("node", cfg.Name),
+		events:     newBroadcaster(),
+		runners:    newRunnerSet(),
+		inbox:      make(chan func()),
+		loopDone:   make(chan struct{}),
+		memberSync: memberSync{interval: cfg.TickInterval},
+		done:       make(chan struct{}),
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if err := a.start(); err != nil {

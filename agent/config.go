@@ -157,7 +157,9 @@ type Config struct {
 	// HookTimeout bounds each hook run. Default hooks.DefaultTimeout (30s).
 	HookTimeout time.Duration
 	// TickInterval is how often the election timers are checked. Default
-	// 50ms (LAN) or 20ms (Local).
+	// 50ms (LAN) or 20ms (Local). While none of the node's timers is due
+	// soon (it follows or leads with nothing in flight) they are checked
+	// every fifth tick only, so an idle agent wakes less (see wake.go).
 	TickInterval time.Duration
 	// Logger receives the agent's logs. Default: discard.
 	Logger *slog.Logger

@@ -28,10 +28,10 @@ type reach struct {
 // A probe is a FloorQuery to every other voter; any answer counts.
 func (c *core) probeReach(now time.Time) {
 	rc := &c.reach
-	if !rc.sent.IsZero() && !now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) {
+	if !rc.sent.IsZero() && (!now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) || c.probeReached()) {
 		c.concludeProbe(now)
 	}
-	if rc.sent.IsZero() && !now.Before(rc.next) && c.wantsProbe() {
+	if rc.sent.IsZero() && !now.Before(rc.next) && c.wantsProbe(now) {
 		c.startProbe(now)
 	}
 	if c.quorumMode() && c.roster().IsZero() {
@@ -42,15 +42,37 @@ func (c *core) probeReach(now time.Time) {
 }
 
 // wantsProbe: an eligible follower probes when the answer matters to the
-// election: no leader is known, it is cut off (to notice the repair), or
-// it outranks the leader and would claim leadership from it.
-func (c *core) wantsProbe() bool {
+// election: it outranks the leader and would claim leadership from it, or
+// no leader is known and it is about to campaign (a cut-off node, too,
+// notices the repair before its next turn: the election puts its campaign
+// off by its rank delay each time it finds it cut off, and it probes as
+// that turn comes). A follower whose campaign is further off does not
+// probe: the
+// nodes below the top wait one rank delay per node above them, so only the
+// few nearest the top probe, and a voter's probe load does not grow with
+// the fleet (every eligible node probing every voter each interval made
+// each voter of a 100-node fleet answer about 30 probes a second).
+func (c *core) wantsProbe(now time.Time) bool {
 	if !c.quorumMode() || !c.cfg.Eligible || c.roster().IsZero() || c.leading() {
 		return false
 	}
 	st := c.m.Status()
-	outranks := c.cfg.Election.Preempt && st.Leader.Less(c.cfg.Self)
-	return st.Leader.IsZero() || c.reach.cutOff || outranks
+	if !st.Leader.IsZero() {
+		return c.cfg.Election.Preempt && st.Leader.Less(c.cfg.Self)
+	}
+	return c.campaignNear(now, st)
+}
+
+// campaignNear: the election machine campaigns (other than waiting for the
+// COORDINATOR of a higher node that answered it), or its campaign timer
+// ends within one probe interval and a probe budget, so a probe started
+// now concludes before it.
+func (c *core) campaignNear(now time.Time, st bully.Status) bool {
+	if st.State != bully.StateFollower && st.State != bully.StateWaiting {
+		return true
+	}
+	d := c.m.Deadline()
+	return d.IsZero() || !d.After(now.Add(c.cfg.Election.AnnounceInterval+c.cfg.Lease.AcquireBudget))
 }
 
 func (c *core) startProbe(now time.Time) {
@@ -59,15 +81,23 @@ func (c *core) startProbe(now time.Time) {
 	c.askFloors()
 }
 
+// probeReached reports whether the voters that answered the probe in
+// flight make a majority of the roster. This node counts for itself unless
+// it is an amnesiac voter, which cannot grant itself a lease until it has
+// learned its floor. A probe that reached a majority concludes at once
+// rather than at the end of its budget: more answers cannot change it.
+func (c *core) probeReached() bool {
+	self := toLeasing(c.cfg.Self)
+	return c.roster().Satisfied(func(v leasing.Node) bool {
+		return (v == self && !c.amnesiac) || c.reach.replied[v.Name]
+	})
+}
+
 // concludeProbe counts the voters that answered against the roster's
-// majority. This node counts for itself unless it is an amnesiac voter,
-// which cannot grant itself a lease until it has learned its floor.
+// majority.
 func (c *core) concludeProbe(now time.Time) {
 	rc := &c.reach
-	self := toLeasing(c.cfg.Self)
-	ok := c.roster().Satisfied(func(v leasing.Node) bool {
-		return (v == self && !c.amnesiac) || rc.replied[v.Name]
-	})
+	ok := c.probeReached()
 	switch {
 	case ok:
 		rc.proven = now

@@ -28,6 +28,7 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.counts.add("recv." + env.kind())
 	if m := env.Bully; m != nil && m.To != a.self() {
 		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
@@ -64,6 +65,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		a.log.Error("encode peer message", "err", err)
 		return
 	}
+	a.counts.add("send." + msg.env.kind())
 	a.sends.Add(1)
 	sent.Add(1)
 	go func() {
@@ -111,6 +113,9 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 		return
 	}
 	empty := env == (envelope{Version: peerVersion})
+	if !empty {
+		a.counts.add("reply." + env.kind())
+	}
 	_ = a.do(a.ctx, func() {
 		cleared := a.core.peerReplied(to)
 		if empty && !cleared {
@@ -123,8 +128,13 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 	})
 }
 
-// peerAddr looks up the peer transport address gossip advertises for n.
+// peerAddr looks up the peer transport address gossip advertises for n:
+// in the book of the last membership sync, else (a member gossip reported
+// since) in gossip's list.
 func (a *Agent) peerAddr(n bully.Node) (string, bool) {
+	if addr, ok := a.book.lookup(n); ok {
+		return addr, true
+	}
 	for _, m := range a.members.Members() {
 		if m.Name == n.Name && m.ID == n.ID && m.PeerAddr != "" {
 			return m.PeerAddr, true

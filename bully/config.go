@@ -66,6 +66,14 @@ type Config struct {
 	// (its highest epoch is 0): a cluster's epochs never get near it.
 	// Default DefaultMaxEpochJump.
 	MaxEpochJump uint64
+	// ElectionFanout is how many higher nodes one round of a campaign asks:
+	// the highest-ranked eligible live ones (neither holding nor silent).
+	// When none of them answers within ElectionTimeout they are marked
+	// silent and the next ones are asked; the node wins once no higher node
+	// is left. Asking every higher node at once cost a campaign O(n)
+	// messages, and a wave of campaigns (each asked node without a leader
+	// campaigns in turn) O(n²). 0 means DefaultElectionFanout.
+	ElectionFanout int
 	// Rand is the only source of randomness. Nil means a generator seeded
 	// from Self, which is deterministic; drivers should pass a random seed.
 	Rand *rand.Rand
@@ -91,6 +99,17 @@ func (c Config) transferWindow() time.Duration {
 	return c.TransferWindow
 }
 
+// DefaultElectionFanout is the default Config.ElectionFanout.
+const DefaultElectionFanout = 3
+
+// Fanout is ElectionFanout, or DefaultElectionFanout when it is zero.
+func (c Config) Fanout() int {
+	if c.ElectionFanout <= 0 {
+		return DefaultElectionFanout
+	}
+	return c.ElectionFanout
+}
+
 // DefaultConfig returns the LAN timing defaults with Preempt on.
 func DefaultConfig() Config {
 	return Config{
@@ -105,6 +124,7 @@ func DefaultConfig() Config {
 		AnnounceInterval:   3 * time.Second,
 		RetryDelay:         time.Second,
 		MaxEpochJump:       DefaultMaxEpochJump,
+		ElectionFanout:     DefaultElectionFanout,
 	}
 }
 
@@ -132,6 +152,9 @@ func (c Config) Validate() error {
 		if d.v < 0 || (d.v == 0 && !d.zero) {
 			return fmt.Errorf("bully: config: %s must be positive, got %v", d.name, d.v)
 		}
+	}
+	if c.ElectionFanout < 0 {
+		return fmt.Errorf("bully: config: ElectionFanout must not be negative, got %d", c.ElectionFanout)
 	}
 	if c.CoordinatorTimeout < c.ElectionTimeout {
 		return fmt.Errorf("bully: config: CoordinatorTimeout (%v) must be at least ElectionTimeout (%v)",

@@ -174,29 +174,40 @@ func (m *Machine) timeout(now time.Time) {
 		}
 		m.startElection(now)
 	case StateElecting:
-		// No higher node answered: those gossip lists are silent.
-		for _, p := range m.higher(now) {
+		// No node asked answered: they are silent. Ask the next higher
+		// ones, or win when none is left.
+		for _, p := range m.asked(now) {
 			m.silent[p.Name] = now.Add(2 * m.cfg.Stabilization)
 		}
-		m.win()
+		m.startElection(now)
 	case StateWaiting:
 		m.startElection(now)
 	}
 }
 
-// startElection sends ELECTION to every higher eligible live node, or wins at
-// once when there is none.
+// startElection sends ELECTION to the highest few higher eligible live
+// nodes (asked), or wins at once when there is none.
 func (m *Machine) startElection(now time.Time) {
-	higher := m.higher(now)
-	if len(higher) == 0 {
+	asked := m.asked(now)
+	if len(asked) == 0 {
 		m.win()
 		return
 	}
 	m.state = StateElecting
 	m.deadline = now.Add(m.cfg.ElectionTimeout)
-	for _, p := range higher {
+	for _, p := range asked {
 		m.send(Message{Type: MsgElection, To: p.Node})
 	}
+}
+
+// asked are the nodes a round of a campaign asks: the Config.Fanout()
+// highest of higher.
+func (m *Machine) asked(now time.Time) []peer {
+	h := m.higher(now)
+	if f := m.cfg.Fanout(); len(h) > f {
+		h = h[len(h)-f:]
+	}
+	return h
 }
 
 // win takes a new epoch and asks the driver for the lease round. At the

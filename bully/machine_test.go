@@ -391,3 +391,43 @@ func TestEpochNeverWraps(t *testing.T) {
 		t.Fatalf("at the largest epoch: acquire %d exhausted %v epoch %d", rd.Acquire, rd.Exhausted, rd.Epoch)
 	}
 }
+
+// TestElectionAsksTheHighestFewInRounds checks that a campaign asks only
+// the ElectionFanout highest nodes above it, marks them silent when none
+// answers, asks the next ones, and wins only once every higher node was
+// asked in vain.
+func TestElectionAsksTheHighestFewInRounds(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ElectionFanout = 3
+	cfg.Self = Member{Node: Node{ID: 1, Name: "n01"}, Eligible: true}
+	now := time.Unix(0, 0)
+	m, err := New(cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{cfg.Self}
+	for i := 2; i <= 8; i++ {
+		members = append(members, Member{Node: Node{ID: uint64(i), Name: fmt.Sprintf("n%02d", i)}, Eligible: true})
+	}
+	m.SetMembers(now, members)
+	m.Ready()
+	rounds := [][]string{
+		{"ELECTION n01->n06", "ELECTION n01->n07", "ELECTION n01->n08"},
+		{"ELECTION n01->n03", "ELECTION n01->n04", "ELECTION n01->n05"},
+		{"ELECTION n01->n02"},
+	}
+	m.startElection(now)
+	for i, want := range rounds {
+		if got := brief(m.Ready().Messages); !slices.Equal(got, want) {
+			t.Fatalf("round %d sent %q, want %q", i+1, got, want)
+		}
+		if st := m.Status(); st.State != StateElecting {
+			t.Fatalf("after round %d: %v, want electing", i+1, st.State)
+		}
+		now = now.Add(cfg.ElectionTimeout)
+		m.Tick(now)
+	}
+	if rd := m.Ready(); rd.Acquire != 1 || len(rd.Messages) != 0 {
+		t.Fatalf("after every higher node was asked in vain: ready = %+v, want Acquire 1 and no message", rd)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
@@ -180,6 +181,8 @@ type Transport struct {
 	wg     sync.WaitGroup // accept loop, server connections, client readers
 
 	refused *refusalLog // inbound connections closed by the limits
+	dialed  atomic.Uint64
+	accepts atomic.Uint64
 
 	mu       sync.Mutex
 	closed   bool
@@ -261,6 +264,14 @@ func (t *Transport) Close() error {
 func (t *Transport) Refused() uint64 {
 	return t.refused.Total()
 }
+
+// Dialed returns how many outbound connections the transport has opened
+// since it started (each one a TCP connect and, with Wrap, a handshake).
+func (t *Transport) Dialed() uint64 { return t.dialed.Load() }
+
+// Accepted returns how many inbound connections the transport has accepted
+// since it started, proven or not.
+func (t *Transport) Accepted() uint64 { return t.accepts.Load() }
 
 func (t *Transport) isClosed() bool {
 	t.mu.Lock()

@@ -112,6 +112,7 @@ type clientConn struct {
 // dial opens a new connection to addr and starts its reader.
 func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) {
 	var d net.Dialer
+	t.dialed.Add(1)
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)

@@ -33,6 +33,7 @@ func (t *Transport) acceptLoop() {
 			continue
 		}
 		delay = 0
+		t.accepts.Add(1)
 		if in := t.admit(conn); in != nil {
 			go t.serveConn(in)
 		}

@@ -65,6 +65,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "hook-timeout", Value: hooks.DefaultTimeout, Usage: "bound on each hook run; then its process group is stopped", EnvVars: env("hook-timeout")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
 		},
 		Action: runAgent,
 	}
@@ -85,6 +86,14 @@ func runAgent(c *cli.Context) error {
 		// where the agent's other records go.
 		cfg.Logger.Error("tenure agent: cannot start", "err", err)
 		return fail(2, "")
+	}
+	if addr := c.String("debug-addr"); addr != "" {
+		d, err := startDebug(addr, a, cfg.Logger)
+		if err != nil {
+			a.Halt()
+			return fail(2, "tenure agent: %v", err)
+		}
+		defer d.close()
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"strings"
+	"sync"
+)
+
+// counters count an agent's work by kind, to find what grows with the
+// size of the fleet (see Agent.Counters). Safe for concurrent use.
+type counters struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (c *counters) add(key string) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]uint64{}
+	}
+	c.m[key]++
+	c.mu.Unlock()
+}
+
+func (c *counters) snapshot() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]uint64, len(c.m)+4)
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+// Counters returns how much work this agent has done since it started, by
+// kind: peer messages sent ("send.KIND"), received as requests
+// ("recv.KIND") and as replies ("reply.KIND"), KIND being the message's
+// type ("election", "coordinator", "lease.acquire", "floor_query", ...);
+// gossip events by type ("gossip.member-join", ...); membership syncs into
+// the core ("sync_members"); gossip tag updates ("set_tags"); driver
+// flushes, each publishing the status and sending what the core queued
+// ("flush"); and the peer transport's connections
+// ("peer.dialed", "peer.accepted", "peer.refused"). The counts are for
+// diagnosis: their names may change between versions.
+func (a *Agent) Counters() map[string]uint64 {
+	out := a.counts.snapshot()
+	if a.peers != nil {
+		out["peer.dialed"] = a.peers.Dialed()
+		out["peer.accepted"] = a.peers.Accepted()
+		out["peer.refused"] = a.peers.Refused()
+	}
+	return out
+}
+
+// kind names an envelope's message for the counters.
+func (env envelope) kind() string {
+	switch {
+	case env.Bully != nil:
+		return strings.ToLower(env.Bully.Type.String())
+	case env.Lease != nil:
+		return "lease." + env.Lease.Kind.String()
+	case env.LeaseReply != nil:
+		return "lease_reply"
+	case env.RosterFetch:
+		return "roster_fetch"
+	case env.Roster != nil:
+		return "roster"
+	case env.RosterUpdate != nil:
+		return "roster_update"
+	case env.RosterAck != nil:
+		return "roster_ack"
+	case env.FloorQuery:
+		return "floor_query"
+	case env.Floor != nil:
+		return "floor"
+	case env.Pledge != nil:
+		return "pledge"
+	case env.PledgeReply != nil:
+		return "pledge_reply"
+	case env.ForceLeave != "":
+		return "force_leave"
+	case env.ForceLeaveReply != nil:
+		return "force_leave_reply"
+	}
+	return "empty"
+}

@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"testing"
+	"time"
+)
+
+// A wave of gossip events rebuilds the membership once at its start and
+// once per tick after, not once per event.
+func TestMemberSyncCoalescesAWave(t *testing.T) {
+	s := memberSync{interval: 50 * time.Millisecond}
+	t0 := time.Unix(1000, 0)
+	syncs := 0
+	sync := func() { syncs++ }
+	for i := range 100 {
+		s.changed(t0.Add(time.Duration(i)*100*time.Microsecond), sync) // 100 events in 10 ms
+	}
+	if syncs != 1 {
+		t.Fatalf("100 events within one tick: %d rebuilds, want 1 (the first)", syncs)
+	}
+	s.due(t0.Add(50*time.Millisecond), sync)
+	if syncs != 2 {
+		t.Fatalf("the tick after the wave: %d rebuilds, want 2", syncs)
+	}
+	s.changed(t0.Add(80*time.Millisecond), sync)
+	if syncs != 2 {
+		t.Fatalf("an event within a tick of the last rebuild: %d rebuilds, want it to wait", syncs)
+	}
+	s.due(t0.Add(100*time.Millisecond), sync)
+	if syncs != 3 {
+		t.Fatalf("the tick after a waiting event: %d rebuilds, want 3", syncs)
+	}
+	s.due(t0.Add(150*time.Millisecond), sync)
+	if syncs != 3 {
+		t.Fatalf("a tick with no event since: %d rebuilds, want 3", syncs)
+	}
+	s.changed(t0.Add(260*time.Millisecond), sync)
+	if syncs != 4 {
+		t.Fatalf("an event after a quiet tick: %d rebuilds, want it synced at once", syncs)
+	}
+}

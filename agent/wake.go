@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+)
+
+// idleTickFactor is how many ticks an idle driver sleeps between two
+// looks at the core: 250 ms in the LAN profile, 100 ms in the local one.
+const idleTickFactor = 5
+
+// quiet reports whether nothing the core does by itself is due before
+// now+d: it follows a leader (or leads) with no election timer, lease
+// round, probe, roster step, bootstrap or ended term pending within d. A
+// quiet core is ticked every idleTickFactor ticks instead of every tick.
+// Peer messages and gossip events still reach it at once; what waits is
+// only the work its timers start, and that only for timers not listed
+// here (a leader's announcement, a follower forgetting a silent leader,
+// the push of the roster to lagging members), by at most d. It errs
+// towards false: any state not named here keeps the fast tick.
+func (c *core) quiet(now time.Time, d time.Duration) bool {
+	soon := func(t time.Time) bool { return !t.IsZero() && t.Before(now.Add(d)) }
+	st := c.m.Status()
+	switch {
+	case c.failed != nil, c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
+		return false
+	case c.quorumMode() && c.roster().IsZero():
+		return false // bootstrapping, or fetching the roster
+	case !c.reach.sent.IsZero():
+		return false
+	case st.State == bully.StateLeader:
+		return !soon(c.lease.renewAt) && !soon(c.lease.deadline) && !soon(c.changeRetry)
+	case st.State != bully.StateFollower, st.Leader.IsZero():
+		return false
+	case soon(c.m.Deadline()), c.wantsProbe(now) && !now.Add(d).Before(c.reach.next):
+		return false
+	}
+	return true
+}
+
+// nextTick is how long the driver waits before it ticks the core again.
+func (a *Agent) nextTick() time.Duration {
+	fast := a.cfg.TickInterval
+	slow := idleTickFactor * fast
+	if a.stopping == nil && a.core.quiet(a.cfg.Clock.Now(), slow) {
+		return slow
+	}
+	return fast
+}
