@@ -310,6 +310,15 @@ func (c *core) aliveMajority(set []leasing.Node) bool {
 
 // seatsChange is the roster step the voter-set rules want now, if any.
 func (c *core) seatsChange(now time.Time, r leasing.Roster) (leasing.Roster, bool) {
+	for _, v := range r.Voters {
+		// A voter of a roster learned since the last membership change
+		// that gossip does not list: missing from now on.
+		if _, live := c.live[v.Name]; !live {
+			if _, ok := c.seats.missingSince[v.Name]; !ok {
+				c.seats.missingSince[v.Name] = now
+			}
+		}
+	}
 	want := c.desiredVoters(now, r)
 	if len(want) == 0 || sameNodes(want, r.Voters) || !c.aliveMajority(r.Voters) || !c.aliveMajority(want) {
 		return leasing.Roster{}, false
