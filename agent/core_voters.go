@@ -201,7 +201,8 @@ func (c *core) desiredVoters(now time.Time, r leasing.Roster) []leasing.Node {
 	cands := c.candidates(now, r)
 	want := oddDown(min(c.targetSeats(), len(set)+len(cands)))
 	for len(set) > max(want, 1) {
-		set = slices.DeleteFunc(set, func(v leasing.Node) bool { return v == c.demotee(now, set) })
+		d := c.demotee(now, set)
+		set = slices.DeleteFunc(set, func(v leasing.Node) bool { return v == d })
 	}
 	for len(set) < want && len(cands) > 0 {
 		i := c.bestCandidate(set, cands)
