@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// TestVoterSetShrinksToTargetAcrossZones: five nodes bootstrap five
+// voters, three of them (the leader n5 and two others) in zone a; with
+// --voters 3 the leader keeps itself and drops the other two voters of
+// the crowded zone, leaving one voter per zone, and stays leader
+// throughout. The two layouts run with the same seed, so a choice blind
+// to zones would drop the same two nodes in both and fail one of them.
+func TestVoterSetShrinksToTargetAcrossZones(t *testing.T) {
+	seed := testlog.Seed(t)
+	for i, zones := range []map[string]string{
+		{"n1": "a", "n2": "a", "n3": "b", "n4": "c", "n5": "a"},
+		{"n1": "b", "n2": "c", "n3": "a", "n4": "a", "n5": "a"},
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { shrinkAcrossZones(t, seed, zones) })
+	}
+}
+
+func shrinkAcrossZones(t *testing.T, seed uint64, zones map[string]string) {
+	s := newCsim(t, seed)
+	s.voters = 3
+	s.addNodesWith(5, func(_ int, n *cnode) { n.zone = zones[n.name] })
+	s.waitLeader(10*time.Second, "n5")
+	converged := func() bool {
+		r := s.nodes["n5"].rosters.r
+		if len(r.Voters) != 3 || r.Joint() {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, v := range r.Voters {
+			seen[zones[v.Name]] = true
+		}
+		return len(seen) == 3
+	}
+	for end := s.now.Add(20 * time.Second); !converged(); s.tick() {
+		if s.now.After(end) {
+			t.Fatalf("the voter set did not shrink to one voter per zone\n%s", s.dump())
+		}
+		if l := s.leader(); l != "n5" && l != "" {
+			t.Fatalf("%s leads while the voter set shrinks", l)
+		}
+	}
+	if s.leader() != "n5" {
+		t.Fatalf("n5 lost its lease while the set shrank\n%s", s.dump())
+	}
+}
+
+// TestOddVoterSet: with four nodes that may vote and the default target,
+// the set has three voters (an even set tolerates no more failures and
+// needs one more grant).
+func TestOddVoterSet(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(4)
+	s.waitLeader(10 * time.Second)
+	for end := s.now.Add(20 * time.Second); ; s.tick() {
+		var r leasing.Roster
+		if l := s.leader(); l != "" {
+			r = s.nodes[l].rosters.r
+		}
+		if len(r.Voters) == 3 && !r.Joint() {
+			return
+		}
+		if s.now.After(end) {
+			t.Fatalf("roster %v, want three voters\n%s", r, s.dump())
+		}
+	}
+}
