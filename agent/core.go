@@ -380,4 +380,4 @@ func (c *core) process(now time.Time) {
 }
 
 // errNoRoster explains a quorum node that cannot campaign yet.
-var errNoRoster = errors.New("no voter roster yet: waiting for --expect voters to bootstrap, or for this node to be admitted")
+var errNoRoster = errors.New("no voter roster yet: waiting for --expect voters to bootstrap, or to learn the roster from a member of the cluster")

@@ -42,7 +42,7 @@ type pledgeReply struct {
 func (c *core) freshView() (fresh []leasing.Node, ok bool) {
 	for _, mv := range c.live {
 		if mv.Cluster != "" {
-			c.seenCluster = true // an established cluster: wait to be admitted
+			c.seenCluster = true // an established cluster: learn its roster, never bootstrap
 			return nil, false
 		}
 		if mv.Voter && mv.Expect == c.cfg.Expect {

@@ -103,7 +103,7 @@ func printStatus(w io.Writer, st rpc.Status) {
 	if r := st.Roster; r != nil {
 		fmt.Fprintf(tw, "roster:\tv%d of cluster %s: %s\n", r.Version, r.ClusterID, strings.Join(r.Voters, " "))
 	} else if st.Consistency == "quorum" {
-		fmt.Fprintf(tw, "roster:\tnone yet (bootstrap with --expect N, or wait to be admitted)\n")
+		fmt.Fprintf(tw, "roster:\tnone yet (bootstrap with --expect N, or join a cluster that has one)\n")
 	}
 	tw.Flush()
 }
