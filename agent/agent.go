@@ -47,6 +47,7 @@ type Agent struct {
 	memberSync memberSync // driver goroutine only
 	core       *core
 	advertised leasing.Roster // the roster this node's gossip tags advertise
+	tags       *tagPublisher  // applies gossip tags off the driver
 	host       string         // the host other agents reach this one at
 	stopping   *stopWait      // an ended term's release waiting for local work
 	runners    *runnerSet     // registered over the socket
@@ -66,7 +67,7 @@ type Agent struct {
 	errMu    sync.Mutex
 	err      error          // why the agent stopped by itself
 	sends    sync.WaitGroup // outbound peer messages in flight
-	stops    sync.WaitGroup // stopWait goroutines
+	stops    sync.WaitGroup // stopWait goroutines and the tag publisher
 	stopOnce sync.Once
 }
 
@@ -128,6 +129,9 @@ func (a *Agent) start() error {
 	if err := a.startGossip(); err != nil {
 		return err
 	}
+	a.tags = newTagPublisher(a.members, a.log)
+	a.stops.Add(1)
+	go func() { defer a.stops.Done(); a.tags.run(a.ctx) }()
 	go a.loop()
 	group, err := a.cfg.socketGroup()
 	if err != nil {

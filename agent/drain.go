@@ -78,9 +78,7 @@ func (a *Agent) setDrained(drained bool) error {
 	}
 	a.core.setEligible(a.cfg.Clock.Now(), a.eligible())
 	a.flush()
-	if err := a.members.SetEligible(a.eligible(), a.gossipTags(a.advertised)); err != nil {
-		return fmt.Errorf("agent: drain: advertise: %w", err)
-	}
+	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
 	return nil
 }
 

@@ -213,11 +213,8 @@ func (a *Agent) advertiseCluster() {
 		return
 	}
 	a.counts.add("set_tags")
-	if err := a.members.SetTags(a.gossipTags(r)); err != nil {
-		a.log.Warn("advertise roster", "err", err)
-		return
-	}
 	a.advertised = r
+	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(r)})
 }
 
 // gossipTags are this node's extra gossip tags: its --expect and --zone,
