@@ -136,32 +136,43 @@ func (a *Agent) ForceLeave(ctx context.Context, name string) error {
 }
 
 func (a *Agent) forwardForceLeave(ctx context.Context, leader bully.Node, name string) error {
+	return a.askLeader(ctx, leader, "force-leave", envelope{ForceLeave: name},
+		func(env envelope) *leaderReply { return env.ForceLeaveReply })
+}
+
+// askLeader sends leader, over the peer transport, a request only the
+// leader carries out (what names it in errors), and turns the leaderReply
+// that reply picks out of the answer into the socket's errors.
+func (a *Agent) askLeader(ctx context.Context, leader bully.Node, what string, req envelope, reply func(envelope) *leaderReply) error {
 	addr, ok := a.peerAddr(leader)
 	if !ok {
 		return fmt.Errorf("%w: no address for leader %s", rpc.ErrNoLeader, leader.Name)
 	}
-	body, err := encodeEnvelope(envelope{ForceLeave: name})
+	body, err := encodeEnvelope(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("agent: %s: %w", what, err)
 	}
 	resp, err := a.peers.Call(ctx, addr, body)
 	if err != nil {
-		return fmt.Errorf("agent: force-leave via leader %s: %w", leader.Name, err)
+		return fmt.Errorf("agent: %s via leader %s: %w", what, leader.Name, err)
 	}
 	env, err := decodeEnvelope(resp)
-	if err != nil || env.ForceLeaveReply == nil {
-		return fmt.Errorf("agent: force-leave via leader %s: bad reply (%v)", leader.Name, err)
+	if err != nil {
+		return fmt.Errorf("agent: %s via leader %s: bad reply: %w", what, leader.Name, err)
 	}
-	r := env.ForceLeaveReply
+	r := reply(env)
+	if r == nil {
+		return fmt.Errorf("agent: %s via leader %s: no answer to the %s (is its agent older than this one?)", what, leader.Name, what)
+	}
 	switch r.Code {
 	case "":
 		return nil
 	case "not_found":
-		return fmt.Errorf("%w: %s", rpc.ErrNotFound, r.Error)
+		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrNotFound, r.Error, leader.Name)
 	case "not_leader":
 		return fmt.Errorf("%w: %s no longer leads; try again", rpc.ErrNoLeader, leader.Name)
 	default:
-		return fmt.Errorf("%w: %s", rpc.ErrBadRequest, r.Error)
+		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrBadRequest, r.Error, leader.Name)
 	}
 }
 

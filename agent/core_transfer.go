@@ -71,13 +71,9 @@ func (c *core) transfer(now time.Time, name string) (bully.Node, error) {
 	return bully.Node{}, nil
 }
 
-// transferReply answers a transfer forwarded by another node: Code is ""
-// on success, else "not_leader", "not_found" or "not_eligible", with a
-// message in Error.
-type transferReply struct {
-	Code  string `msgpack:"code,omitempty"`
-	Error string `msgpack:"error,omitempty"`
-}
+// transferReply answers a transfer forwarded by another node
+// ("not_eligible": the named member may not lead).
+type transferReply = leaderReply
 
 // onTransfer answers a transfer forwarded by another node.
 func (c *core) onTransfer(now time.Time, name string) *transferReply {

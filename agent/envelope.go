@@ -66,12 +66,18 @@ type floorReply struct {
 	Holding bool       `msgpack:"holding,omitempty"`
 }
 
-// forceLeaveReply answers a ForceLeave: Code is "" on success, else one of
-// "not_leader", "not_found", "self", with a message in Error.
-type forceLeaveReply struct {
+// leaderReply answers a request only the leader carries out (ForceLeave,
+// Transfer): Code is "" on success, else "not_leader", "not_found", or
+// another code for a request the leader refuses ("self", "not_eligible"),
+// with a message in Error.
+type leaderReply struct {
 	Code  string `msgpack:"code,omitempty"`
 	Error string `msgpack:"error,omitempty"`
 }
+
+// forceLeaveReply answers a ForceLeave ("self": the leader cannot remove
+// itself).
+type forceLeaveReply = leaderReply
 
 // decodeEnvelope decodes and checks a peer envelope.
 func decodeEnvelope(b []byte) (envelope, error) {

@@ -70,34 +70,6 @@ func (a *Agent) checkSuccessor(name string) error {
 // forwardTransfer asks leader, over the peer transport, to hand its term to
 // name.
 func (a *Agent) forwardTransfer(ctx context.Context, leader bully.Node, name string) error {
-	addr, ok := a.peerAddr(leader)
-	if !ok {
-		return fmt.Errorf("%w: no address for leader %s", rpc.ErrNoLeader, leader.Name)
-	}
-	body, err := encodeEnvelope(envelope{Transfer: name})
-	if err != nil {
-		return fmt.Errorf("agent: transfer: %w", err)
-	}
-	resp, err := a.peers.Call(ctx, addr, body)
-	if err != nil {
-		return fmt.Errorf("agent: transfer via leader %s: %w", leader.Name, err)
-	}
-	env, err := decodeEnvelope(resp)
-	if err != nil {
-		return fmt.Errorf("agent: transfer via leader %s: bad reply: %w", leader.Name, err)
-	}
-	if env.TransferReply == nil {
-		return fmt.Errorf("agent: transfer via leader %s: no answer to the transfer (is its agent older than this one?)", leader.Name)
-	}
-	r := env.TransferReply
-	switch r.Code {
-	case "":
-		return nil
-	case "not_found":
-		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrNotFound, r.Error, leader.Name)
-	case "not_leader":
-		return fmt.Errorf("%w: %s no longer leads; try again", rpc.ErrNoLeader, leader.Name)
-	default:
-		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrBadRequest, r.Error, leader.Name)
-	}
+	return a.askLeader(ctx, leader, "transfer", envelope{Transfer: name},
+		func(env envelope) *leaderReply { return env.TransferReply })
 }
