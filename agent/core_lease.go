@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/internal/broken"
 	"github.com/tenurehq/tenure/leasing"
 )
 
@@ -53,7 +54,11 @@ func (c *core) addReply(now time.Time, rep leasing.Reply) {
 // evaluate concludes the round in flight once it is won or lost.
 func (c *core) evaluate(now time.Time) {
 	rd := c.round
-	if rd == nil || (!rd.Won() && !rd.Lost(now)) {
+	if rd == nil {
+		return
+	}
+	won := rd.Won() || broken.Is(broken.SkipMajority)
+	if !won && !rd.Lost(now) {
 		return
 	}
 	c.round = nil
@@ -64,7 +69,7 @@ func (c *core) evaluate(now time.Time) {
 		c.adoptNewer(newer)
 	}
 	switch {
-	case rd.Kind == leasing.Acquire && rd.Won():
+	case rd.Kind == leasing.Acquire && won:
 		c.noQuorum = ""
 		c.lease.epoch = rd.Epoch
 		c.extend(rd)
@@ -76,7 +81,7 @@ func (c *core) evaluate(now time.Time) {
 		c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
 	case rd.Epoch != c.lease.epoch:
 		// A renewal of a term that has ended meanwhile.
-	case rd.Won():
+	case won:
 		c.extend(rd)
 	default:
 		c.renewalFailed(now, rd)
@@ -101,6 +106,9 @@ func (c *core) checkLease(now time.Time) {
 	}
 	if !c.quorumMode() || c.lease.epoch == 0 || !c.leading() {
 		return
+	}
+	if !now.Before(c.lease.deadline) && broken.Is(broken.RenewPastDeadline) {
+		c.lease.deadline = c.cfg.Lease.LeaderDeadline(now)
 	}
 	if !now.Before(c.lease.deadline) {
 		c.log.Warn("lease expired without renewal: stepping down", "epoch", c.lease.epoch)
