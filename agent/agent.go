@@ -50,6 +50,7 @@ type Agent struct {
 	tags       *tagPublisher  // applies gossip tags off the driver
 	host       string         // the host other agents reach this one at
 	stopping   *stopWait      // an ended term's release waiting for local work
+	journal    *journal       // nil without Config.Journal
 	runners    *runnerSet     // registered over the socket
 
 	mu   sync.Mutex
@@ -115,6 +116,9 @@ func (a *Agent) start() error {
 	}
 	a.host = host
 	if err := a.openDataDir(); err != nil {
+		return err
+	}
+	if a.journal, err = openJournal(a.cfg.Journal, a.cfg.Name, a.cfg.Clock, a.log); err != nil {
 		return err
 	}
 	if err := a.startCore(); err != nil {
@@ -448,6 +452,7 @@ func (a *Agent) stop(hooksCtx context.Context) error {
 		if a.members != nil {
 			<-a.loopDone
 		}
+		a.journal.close()
 		a.stops.Wait()
 		a.sends.Wait()
 		if a.members != nil {

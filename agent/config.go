@@ -161,6 +161,11 @@ type Config struct {
 	// soon (it follows or leads with nothing in flight) they are checked
 	// every fifth tick only, so an idle agent wakes less (see wake.go).
 	TickInterval time.Duration
+	// Journal, if set, is a file this agent appends one JSON line to for
+	// every change of its own leadership: it started, became leader, had
+	// its lease extended, stopped leading (see JournalEntry). The journal
+	// records; it decides nothing.
+	Journal string
 	// Logger receives the agent's logs. Default: discard.
 	Logger *slog.Logger
 	// Clock is the agent's time source. Default: DefaultClock() (on Linux,

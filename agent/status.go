@@ -62,6 +62,7 @@ func (s snapshot) valid(now time.Time, quorum bool) bool {
 // change implies.
 func (a *Agent) publishStatus(now time.Time) {
 	snap := a.core.snapshot(now)
+	a.journal.observe(a.snap, snap) // before anyone can read the new status
 	a.mu.Lock()
 	old := a.snap
 	snap.members = old.members

@@ -63,6 +63,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
 			&cli.GenericFlag{Name: "hook", Value: &hookList{}, Usage: "run `EVENT=COMMAND` on events (repeatable; EVENT may be a,b or *)", EnvVars: env("hook")},
 			&cli.DurationFlag{Name: "hook-timeout", Value: hooks.DefaultTimeout, Usage: "bound on each hook run; then its process group is stopped", EnvVars: env("hook-timeout")},
+			&cli.StringFlag{Name: "journal", Usage: "append a JSON line to `FILE` for every change of this node's own leadership (became leader, lease extended, stopped leading), with wall-clock times: an audit trail", EnvVars: env("journal")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
 			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
@@ -147,6 +148,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.SocketGroup = c.String("socket-group")
 	socketLimits(c, &cfg)
 	cfg.DataDir = c.String("data-dir")
+	cfg.Journal = c.String("journal")
 	cfg.Consistency = agent.Consistency(c.String("consistency"))
 	cfg.LeaseTTL = c.Duration("lease-ttl")
 	cfg.MaxDrift = c.Float64("max-drift")
