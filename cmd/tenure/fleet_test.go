@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/netns"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -27,18 +28,13 @@ import (
 type fleet struct {
 	t     *testing.T
 	dir   string
-	hosts []nsHost
+	hosts []netns.Host
 	key   string
 	ttl   time.Duration
 	args  map[int][]string // the extra flags each host was started with
 
 	mu    sync.Mutex
-	procs map[int]*fleetProc
-}
-
-type fleetProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	procs map[int]*netns.Proc
 }
 
 // newFleet makes n hosts (skipping the test where namespaces cannot be
@@ -50,7 +46,7 @@ func newFleet(t *testing.T, n int) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, dir: t.TempDir(), hosts: hosts, key: base64.StdEncoding.EncodeToString(raw), ttl: 2 * time.Second,
-		args: map[int][]string{}, procs: map[int]*fleetProc{}}
+		args: map[int][]string{}, procs: map[int]*netns.Proc{}}
 	t.Cleanup(func() {
 		for i := range f.hosts {
 			f.stop(i)
@@ -70,26 +66,19 @@ func (f *fleet) logPath(i int) string {
 // first three hosts.
 func (f *fleet) start(i int, extra ...string) {
 	f.t.Helper()
-	args := []string{"netns", "exec", f.hosts[i].name, binary, "agent", "--name", f.name(i), "--id", fmt.Sprint(i + 1),
+	args := []string{"agent", "--name", f.name(i), "--id", fmt.Sprint(i + 1),
 		"--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--encrypt", f.key,
 		"--data-dir", filepath.Join(f.dir, f.name(i)), "--socket", f.socket(i),
 		"--lease-ttl", f.ttl.String(), "--timing", "local"}
 	for _, h := range f.hosts[:min(3, len(f.hosts))] {
-		args = append(args, "--join", h.addr+":7946")
+		args = append(args, "--join", h.Addr+":7946")
 	}
 	args = append(args, extra...)
 	f.args[i] = extra
-	log, err := os.OpenFile(f.logPath(i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := netns.Start(f.hosts[i].Command(binary, args...), f.logPath(i))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		f.t.Fatal(err)
-	}
-	p := &fleetProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
 	f.mu.Lock()
 	f.procs[i] = p
 	f.mu.Unlock()
@@ -110,13 +99,8 @@ func (f *fleet) signal(i int, sig syscall.Signal) {
 	if p == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		f.t.Errorf("%s did not stop within 15 s of %v", f.name(i), sig)
+	if err := p.Stop(sig, 15*time.Second); err != nil {
+		f.t.Errorf("%s: %v", f.name(i), err)
 	}
 }
 
@@ -400,23 +384,13 @@ while :; do sleep 0.05; done`
 	for i := range f.hosts {
 		cmd := exec.Command(binary, "run", "--socket", f.socket(i), "--grace", "300ms", "--shell", "--", script)
 		cmd.Env = append(os.Environ(), "H="+f.name(i), "J="+journal)
-		log, err := os.Create(filepath.Join(f.dir, f.name(i)+".run.log"))
+		p, err := netns.Start(cmd, filepath.Join(f.dir, f.name(i)+".run.log"))
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			f.t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 		f.t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
+			if err := p.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+				f.t.Log(err)
 			}
 		})
 	}

@@ -6,12 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/netns"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -27,16 +28,16 @@ func TestStatusNamesUnreachablePeersInNamespaces(t *testing.T) {
 	agents := startNamespaceAgents(t, dir, hosts)
 	waitNamespaceLeader(t, agents[0].socket, 20*time.Second)
 	agents[1].kill()
-	if out, err := exec.Command("ip", "-n", hosts[2].name, "link", "set", "eth0", "down").CombinedOutput(); err != nil {
-		t.Fatalf("link down: %v: %s", err, out)
+	if err := hosts[2].Run("ip", "link", "set", "eth0", "down"); err != nil {
+		t.Fatalf("link down: %v", err)
 	}
 	var st rpc.Status
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var err error
 		st, err = statusOf(agents[0].socket)
-		h2 := "h2 (" + hosts[1].addr + ":7947"
-		h3 := "h3 (" + hosts[2].addr + ":7947"
+		h2 := "h2 (" + hosts[1].Addr + ":7947"
+		h3 := "h3 (" + hosts[2].Addr + ":7947"
 		if err == nil && st.Leader == nil && strings.HasPrefix(st.Reason, "no quorum") &&
 			containsAll(st.Reason, h2, "connection refused", h3) &&
 			(strings.Contains(st.Reason, "i/o timeout") || strings.Contains(st.Reason, "no route to host")) {
@@ -56,51 +57,38 @@ func TestStatusNamesUnreachablePeersInNamespaces(t *testing.T) {
 // nsAgent is an agent process in a namespace.
 type nsAgent struct {
 	socket string
-	cmd    *exec.Cmd
-	done   chan struct{}
+	proc   *netns.Proc
 }
 
 // kill stops the agent with SIGKILL, as a crash would.
-func (a *nsAgent) kill() {
-	_ = a.cmd.Process.Kill()
-	<-a.done
-}
+func (a *nsAgent) kill() { a.proc.Kill() }
 
 // startNamespaceAgents starts h1..hN (IDs 1..N) in hosts, bootstrapping a
 // roster of all of them, and stops them when the test ends; a failed
 // test shows their logs.
-func startNamespaceAgents(t *testing.T, dir string, hosts []nsHost) []*nsAgent {
+func startNamespaceAgents(t *testing.T, dir string, hosts []netns.Host) []*nsAgent {
 	var joins []string
 	for _, h := range hosts {
-		joins = append(joins, "--join", h.addr+":7946")
+		joins = append(joins, "--join", h.Addr+":7946")
 	}
 	var agents []*nsAgent
 	for i, h := range hosts {
-		a := &nsAgent{socket: filepath.Join(dir, fmt.Sprintf("s%d.sock", i)), done: make(chan struct{})}
-		args := append([]string{"netns", "exec", h.name, binary, "agent", "--name", fmt.Sprintf("h%d", i+1),
+		a := &nsAgent{socket: filepath.Join(dir, fmt.Sprintf("s%d.sock", i))}
+		args := append([]string{"agent", "--name", fmt.Sprintf("h%d", i+1),
 			"--id", fmt.Sprint(i + 1), "--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--expect", fmt.Sprint(len(hosts)),
 			"--data-dir", filepath.Join(dir, fmt.Sprint(i)), "--socket", a.socket, "--insecure-no-encryption",
 			"--lease-ttl", "2s", "--timing", "local"}, joins...)
-		a.cmd = exec.Command("ip", args...)
-		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("log%d", i)))
-		if err != nil {
+		logPath := filepath.Join(dir, fmt.Sprintf("log%d", i))
+		var err error
+		if a.proc, err = netns.Start(h.Command(binary, args...), logPath); err != nil {
 			t.Fatal(err)
 		}
-		a.cmd.Stdout, a.cmd.Stderr = log, log
-		if err := a.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = a.cmd.Wait(); close(a.done) }()
 		t.Cleanup(func() {
-			_ = a.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-a.done:
-			case <-time.After(10 * time.Second):
-				_ = a.cmd.Process.Kill()
-				<-a.done
+			if err := a.proc.Stop(syscall.SIGINT, 10*time.Second); err != nil {
+				t.Log(err)
 			}
 			if t.Failed() {
-				out, _ := os.ReadFile(log.Name())
+				out, _ := os.ReadFile(logPath)
 				t.Logf("agent h%d log:\n%s", i+1, out)
 			}
 		})

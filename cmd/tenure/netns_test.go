@@ -9,54 +9,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/netns"
 	"github.com/tenurehq/tenure/rpc"
 )
 
-// nsHost is a network namespace with one address: a host of its own.
-type nsHost struct {
-	name, addr string
-}
-
-// netnsHosts makes n namespaces joined by veth pairs to a bridge in a
-// namespace of their own, with addresses 10.213.0.1..n, and removes them
-// all when the test ends. It skips the test where namespaces cannot be
-// made (not root, no iproute2). All traffic stays inside them.
-func netnsHosts(t *testing.T, n int) []nsHost {
+// netnsHosts makes n hosts h1..hN, network namespaces with addresses
+// 10.213.0.1..n joined by a bridge (internal/netns), and removes them and
+// what runs in them when the test ends. It skips the test where namespaces
+// cannot be made (not root, no iproute2). All traffic stays inside them.
+func netnsHosts(t *testing.T, n int) []netns.Host {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 (ip)")
-	}
-	tag := fmt.Sprintf("t%d", os.Getpid()%100000)
-	br := tag + "br"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", br)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", br).Run() })
-	ip("-n", br, "link", "add", "br0", "type", "bridge")
-	ip("-n", br, "link", "set", "br0", "up")
-	var hosts []nsHost
-	for i := 1; i <= n; i++ {
-		h := nsHost{name: fmt.Sprintf("%sh%d", tag, i), addr: fmt.Sprintf("10.213.0.%d", i)}
-		ip("netns", "add", h.name)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", h.name).Run() })
-		ip("-n", br, "link", "add", fmt.Sprintf("p%d", i), "type", "veth", "peer", "name", "eth0", "netns", h.name)
-		ip("-n", br, "link", "set", fmt.Sprintf("p%d", i), "master", "br0", "up")
-		ip("-n", h.name, "addr", "add", h.addr+"/24", "dev", "eth0")
-		ip("-n", h.name, "link", "set", "eth0", "up")
-		ip("-n", h.name, "link", "set", "lo", "up")
-		hosts = append(hosts, h)
-	}
-	return hosts
+	return netns.HostsForTest(t, netns.Options{Prefix: "tn", Subnet: "10.213.0"}, n)
 }
 
 // TestDefaultBindsInNamespaces: three hosts with addresses of their own
@@ -70,35 +37,25 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 	dir := t.TempDir()
 	var joins []string
 	for _, h := range hosts {
-		joins = append(joins, "--join", h.addr+":7946")
+		joins = append(joins, "--join", h.Addr+":7946")
 	}
 	socket := func(i int) string { return filepath.Join(dir, fmt.Sprintf("s%d.sock", i)) }
 	for i, h := range hosts {
-		args := append([]string{"netns", "exec", h.name, binary, "agent", "--name", fmt.Sprintf("h%d", i+1),
+		args := append([]string{"agent", "--name", fmt.Sprintf("h%d", i+1),
 			"--id", fmt.Sprint(i + 1), "--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--expect", "3",
 			"--data-dir", filepath.Join(dir, fmt.Sprint(i)), "--socket", socket(i), "--insecure-no-encryption",
 			"--lease-ttl", "2s", "--timing", "local"}, joins...)
-		cmd := exec.Command("ip", args...)
-		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("log%d", i)))
+		logPath := filepath.Join(dir, fmt.Sprintf("log%d", i))
+		p, err := netns.Start(h.Command(binary, args...), logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
+			if err := p.Stop(syscall.SIGINT, 10*time.Second); err != nil {
+				t.Log(err)
 			}
 			if t.Failed() {
-				out, _ := os.ReadFile(log.Name())
+				out, _ := os.ReadFile(logPath)
 				t.Logf("agent h%d log:\n%s", i+1, out)
 			}
 		})
@@ -108,15 +65,14 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 	members := membersOf(t, socket(1))
 	for i, h := range hosts {
 		m, ok := members[fmt.Sprintf("h%d", i+1)]
-		if !ok || m.Addr != h.addr+":7946" || m.PeerAddr != h.addr+":7947" {
-			t.Fatalf("h%d is listed as %+v, want gossip %s:7946 and peer %s:7947", i+1, m, h.addr, h.addr)
+		if !ok || m.Addr != h.Addr+":7946" || m.PeerAddr != h.Addr+":7947" {
+			t.Fatalf("h%d is listed as %+v, want gossip %s:7946 and peer %s:7947", i+1, m, h.Addr, h.Addr)
 		}
 	}
-	add := exec.Command("ip", "-n", hosts[0].name, "addr", "add", "10.214.0.1/24", "dev", "eth0")
-	if out, err := add.CombinedOutput(); err != nil {
-		t.Fatalf("second address: %v: %s", err, out)
+	if err := hosts[0].Run("ip", "addr", "add", "10.214.0.1/24", "dev", "eth0"); err != nil {
+		t.Fatalf("second address: %v", err)
 	}
-	out, err := exec.Command("ip", "netns", "exec", hosts[0].name, binary, "agent", "--name", "x", "--bind", "0.0.0.0:7950",
+	out, err := hosts[0].Command(binary, "agent", "--name", "x", "--bind", "0.0.0.0:7950",
 		"--peer-bind", "0.0.0.0:7951", "--data-dir", filepath.Join(dir, "x"), "--socket", filepath.Join(dir, "x.sock"),
 		"--insecure-no-encryption").CombinedOutput()
 	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "several addresses") || !strings.Contains(string(out), "--advertise") {
