@@ -169,7 +169,7 @@ func TestDirErrors(t *testing.T) {
 func TestReadJournalTruncatedLastLine(t *testing.T) {
 	dir := t.TempDir()
 	for tail, want := range map[string]int{
-		`{"t":123,"node":"h1","eve`: 1, // cut short: dropped
+		`{"t":123,"node":"h1","eve`:                                 1, // cut short: dropped
 		`{"t":123,"node":"h1","event":"start","epoch":0,"until":0}`: 2, // whole but its newline: kept
 		"": 1,
 	} {
