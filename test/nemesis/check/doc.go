@@ -1,0 +1,25 @@
+// Package check is the independent checker of a nemesis run: it reads what
+// the agents, the writers and the fault harness recorded in a run directory
+// and decides whether tenure's invariants (docs/DESIGN.md, §1) held.
+//
+// It owns the formats of three kinds of files (journals, histories, events;
+// see JournalRecord, Op and Event), the reconstruction of each node's
+// believed-valid lease intervals from its journal, and six checks:
+//
+//	I1                one lease at a time: no two nodes' intervals overlap
+//	I2                epochs: no epoch led twice, leads in strictly increasing epochs
+//	I3                stopped children: every write invoked inside its node's term
+//	I4-linearizable   the store's history is linearizable (porcupine)
+//	I4-monotone       no write accepted below an epoch already accepted
+//	I5                liveness: a leader within TTL+ElectionBound of every heal
+//
+// The package shares no code with the agent: it imports nothing of
+// github.com/tenurehq/tenure, only the standard library and porcupine, so a
+// bug in the agent's own notion of leases, epochs or time cannot hide
+// itself by being repeated here.
+//
+// What it does not check: it trusts the clock the files were stamped with
+// (one machine's wall clock, so comparisons are exact) and the harness's
+// account of its own faults. A check passes vacuously when its input is
+// empty; Report.Counts says how much was checked.
+package check
