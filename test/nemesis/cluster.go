@@ -1,0 +1,380 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/netns"
+	"github.com/tenurehq/tenure/test/nemesis/check"
+)
+
+// Fixed parts of every cluster.
+const (
+	// RunGrace is `tenure run --grace` on every node: well under two thirds
+	// of the lease TTL, as the README asks.
+	RunGrace   = 300 * time.Millisecond
+	storeOctet = 100
+	storePort  = 8080
+	stopWait   = 15 * time.Second // a process still running this long after SIGTERM is killed
+)
+
+// Config describes a cluster.
+type Config struct {
+	// Dir is the run directory: the agents' journal-<node>.jsonl, the
+	// writers' history-<node>.jsonl, events.jsonl, and per node a
+	// directory with its data dir, socket and logs.
+	Dir string
+	Bin Binaries
+	Net *netns.Network
+	// Voters is the number of nodes h1..hN that bootstrap together with
+	// --expect N.
+	Voters int
+	// TTL is every agent's --lease-ttl.
+	TTL time.Duration
+	// Broken is TENURE_BROKEN for every process (agents, supervisors,
+	// store); it needs a build with the tenure_broken tag.
+	Broken []string
+	// Ineligible names nodes started with --eligible=false.
+	Ineligible []string
+	Logger     *slog.Logger
+}
+
+// Cluster is the store and the nodes of one run. Not safe for concurrent
+// use: one goroutine drives it.
+type Cluster struct {
+	cfg    Config
+	key    string // --encrypt
+	events *Events
+	store  *netns.Proc
+	// StoreHost is the fenced store's namespace.
+	StoreHost netns.Host
+	nodes     []*Node
+}
+
+// Start makes the hosts, starts the store, then h1..hN's agents and their
+// `tenure run` supervisors, as an operator would: default ports on
+// 0.0.0.0, no --advertise, a cluster key, --expect N, every agent
+// joining h1..hN.
+func Start(cfg Config) (_ *Cluster, err error) {
+	if len(cfg.Broken) > 0 && !cfg.Bin.Broken {
+		return nil, errors.New("nemesis: TENURE_BROKEN needs binaries built with -tags tenure_broken")
+	}
+	c := &Cluster{cfg: cfg}
+	if c.key, err = newKey(); err != nil {
+		return nil, err
+	}
+	if c.events, err = OpenEvents(filepath.Join(cfg.Dir, "events.jsonl")); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := c.startStore(); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= cfg.Voters; i++ {
+		if _, err := c.addNode(cfg.Voters); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.StartAgents(c.nodes...); err != nil {
+		return nil, err
+	}
+	for _, n := range c.nodes {
+		if err := c.startRun(n); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Events is the run's record of faults.
+func (c *Cluster) Events() *Events { return c.events }
+
+// Nodes returns the cluster's nodes, h1 first.
+func (c *Cluster) Nodes() []*Node { return slices.Clone(c.nodes) }
+
+// Node returns the node named name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// AddNode adds a node with the next ID, the highest, that joins the
+// running cluster (--expect 0: an observer until the leader promotes it),
+// and starts its agent and supervisor.
+func (c *Cluster) AddNode() (*Node, error) {
+	n, err := c.addNode(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.StartAgents(n); err != nil {
+		return nil, err
+	}
+	return n, c.startRun(n)
+}
+
+func (c *Cluster) addNode(expect int) (*Node, error) {
+	id := len(c.nodes) + 1
+	name := fmt.Sprintf("h%d", id)
+	host, err := c.cfg.Net.Add(name, id)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Name: name, ID: id, Host: host, dir: filepath.Join(c.cfg.Dir, name), expect: expect,
+		eligible: !slices.Contains(c.cfg.Ineligible, name)}
+	if err := os.MkdirAll(n.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("nemesis: %w", err)
+	}
+	c.nodes = append(c.nodes, n)
+	return n, nil
+}
+
+func (c *Cluster) startStore() error {
+	h, err := c.cfg.Net.Add("store", storeOctet)
+	if err != nil {
+		return err
+	}
+	c.StoreHost = h
+	dir := filepath.Join(c.cfg.Dir, "store")
+	cmd := h.Command(c.cfg.Bin.Store, "--listen", fmt.Sprintf("0.0.0.0:%d", storePort), "--data-dir", filepath.Join(dir, "data"))
+	cmd.Env = c.env()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("nemesis: %w", err)
+	}
+	c.store, err = netns.Start(cmd, filepath.Join(dir, "store.log"))
+	return err
+}
+
+// StoreURL is the store's address as the writers use it.
+func (c *Cluster) StoreURL() string { return fmt.Sprintf("http://%s:%d", c.StoreHost.Addr, storePort) }
+
+// env is the environment of every process the cluster starts: the
+// harness's own without TENURE_ settings, plus TENURE_BROKEN if set.
+func (c *Cluster) env(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TENURE_") {
+			env = append(env, kv)
+		}
+	}
+	if len(c.cfg.Broken) > 0 {
+		env = append(env, "TENURE_BROKEN="+strings.Join(c.cfg.Broken, ","))
+	}
+	return append(env, extra...)
+}
+
+// StartAgents records a start of nodes and starts their agents.
+func (c *Cluster) StartAgents(nodes ...*Node) error {
+	if _, err := c.events.Record(check.EventStart, names(nodes), ""); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.agent != nil {
+			return fmt.Errorf("nemesis: %s's agent already runs", n.Name)
+		}
+		cmd := n.Host.Command(c.cfg.Bin.Tenure, c.agentArgs(n)...)
+		cmd.Env = c.env()
+		p, err := netns.Start(cmd, filepath.Join(n.dir, "agent.log"))
+		if err != nil {
+			return err
+		}
+		n.agent, n.paused, n.pausedHost = p, false, false
+	}
+	return nil
+}
+
+func (c *Cluster) agentArgs(n *Node) []string {
+	args := []string{"agent", "--name", n.Name, "--id", fmt.Sprint(n.ID),
+		"--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--encrypt", c.key,
+		"--expect", fmt.Sprint(n.expect), "--data-dir", n.dataDir(), "--socket", n.Socket(),
+		"--lease-ttl", c.cfg.TTL.String(), "--timing", "local",
+		"--journal", filepath.Join(c.cfg.Dir, "journal-"+n.Name+".jsonl"),
+		fmt.Sprintf("--eligible=%t", n.eligible)}
+	for _, m := range c.nodes[:c.cfg.Voters] {
+		args = append(args, "--join", m.Host.Addr+":7946")
+	}
+	return args
+}
+
+// startRun starts `tenure run` with the writer on node n; it runs until
+// the cluster stops, across restarts of the agent.
+func (c *Cluster) startRun(n *Node) error {
+	cmd := n.Host.Command(c.cfg.Bin.Tenure, "run", "--socket", n.Socket(), "--grace", RunGrace.String(), "--",
+		c.cfg.Bin.Writer, "--store", c.StoreURL(), "--history", c.history(n))
+	cmd.Env = c.env("NEMESIS_NODE=" + n.Name)
+	p, err := netns.Start(cmd, filepath.Join(n.dir, "run.log"))
+	n.run = p
+	return err
+}
+
+func (c *Cluster) history(n *Node) string {
+	return filepath.Join(c.cfg.Dir, "history-"+n.Name+".jsonl")
+}
+
+// Kill records a kill of nodes, then SIGKILLs their agents and waits for
+// them to die. Nodes whose agent is down are left out; a paused node must
+// be resumed first.
+func (c *Cluster) Kill(nodes ...*Node) error {
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n *Node) bool { return n.agent == nil })
+	if len(nodes) == 0 {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.paused || n.pausedHost {
+			return fmt.Errorf("nemesis: kill %s: paused", n.Name)
+		}
+	}
+	if _, err := c.events.Record(check.EventKill, names(nodes), ""); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		n.agent.Kill()
+		n.agent = nil
+	}
+	return nil
+}
+
+// Wipe records a wipe of n's data dir and removes it; n's agent must be
+// down.
+func (c *Cluster) Wipe(n *Node) error {
+	if n.agent != nil {
+		return fmt.Errorf("nemesis: wipe %s: its agent runs", n.Name)
+	}
+	if _, err := c.events.Record(check.EventWipe, []string{n.Name}, n.dataDir()); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(n.dataDir()); err != nil {
+		return fmt.Errorf("nemesis: wipe %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// Pause stops n's agent process only (SIGSTOP).
+func (c *Cluster) Pause(n *Node) error {
+	if !n.Up() {
+		return fmt.Errorf("nemesis: pause %s: not running", n.Name)
+	}
+	if _, err := c.events.Record(check.EventPause, []string{n.Name}, ""); err != nil {
+		return err
+	}
+	n.paused = true
+	return n.agent.Signal(syscall.SIGSTOP)
+}
+
+// Resume continues n's agent after Pause.
+func (c *Cluster) Resume(n *Node) error {
+	if _, err := c.events.Record(check.EventResume, []string{n.Name}, ""); err != nil {
+		return err
+	}
+	n.paused = false
+	return n.agent.Signal(syscall.SIGCONT)
+}
+
+// PauseHost stops everything of n: its supervisor, writer and agent.
+func (c *Cluster) PauseHost(n *Node) error {
+	if !n.Up() {
+		return fmt.Errorf("nemesis: pause %s's host: not running", n.Name)
+	}
+	if _, err := c.events.Record(check.EventPauseHost, []string{n.Name}, ""); err != nil {
+		return err
+	}
+	n.pausedHost = true
+	return n.stopHost()
+}
+
+// ResumeHost continues what PauseHost stopped, writers first.
+func (c *Cluster) ResumeHost(n *Node) error {
+	if _, err := c.events.Record(check.EventResumeHost, []string{n.Name}, "writers first, then tenure run and the agent"); err != nil {
+		return err
+	}
+	n.pausedHost = false
+	return n.continueHost(c.history(n))
+}
+
+// Stop resumes whatever is paused (recording it), records the end of the
+// run, then stops every supervisor (their writers with them), every agent
+// and the store with SIGTERM, as systemd would. It returns every problem:
+// a process that had to be killed, or that had already exited.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, n := range c.nodes {
+		switch {
+		case n.pausedHost:
+			errs = append(errs, c.ResumeHost(n))
+		case n.paused:
+			errs = append(errs, c.Resume(n))
+		}
+	}
+	if c.events != nil {
+		_, err := c.events.Record(check.EventEnd, nil, "")
+		errs = append(errs, err)
+	}
+	for _, n := range c.nodes {
+		errs = append(errs, stopProc(n.Name+"'s tenure run", n.run))
+	}
+	for _, n := range c.nodes {
+		errs = append(errs, stopProc(n.Name+"'s agent", n.agent))
+		n.agent = nil
+	}
+	errs = append(errs, stopProc("the store", c.store))
+	if c.events != nil {
+		errs = append(errs, c.events.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// stopProc stops p with SIGTERM; one that had exited before is reported.
+func stopProc(what string, p *netns.Proc) error {
+	if p == nil {
+		return nil
+	}
+	if done, err := p.Exited(); done {
+		return fmt.Errorf("nemesis: %s had exited before the end: %v", what, err)
+	}
+	if err := p.Stop(syscall.SIGTERM, stopWait); err != nil {
+		return fmt.Errorf("nemesis: %s: %w", what, err)
+	}
+	return nil
+}
+
+// Heal records that every fault is undone: the network is whole and the
+// agents the schedule means to run are running. Liveness is measured from
+// here.
+func (c *Cluster) Heal(detail string) error {
+	_, err := c.events.Record(check.EventHeal, nil, detail)
+	return err
+}
+
+func names(nodes []*Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func newKey() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("nemesis: key: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(raw), nil
+}

@@ -1,0 +1,142 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/netns"
+)
+
+var (
+	seedFlag      = flag.Uint64("nemesis.seed", 0, "seed of the first schedule (the next ones use seed+1, ...); 0 picks one from the clock and prints it")
+	schedulesFlag = flag.Int("nemesis.schedules", 2, "number of random schedules TestSchedules runs, one cluster after another")
+	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
+	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
+	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
+	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
+)
+
+// DefaultElectionBound is the part of the liveness budget after the TTL
+// (docs/RELIABILITY.md says how it was chosen): with --timing local, a
+// restarted agent's startup delay (1 s), three announce intervals to
+// forget a frozen leader (3 s), and one refused round's retry.
+const DefaultElectionBound = 5 * time.Second
+
+// netOptions keeps the harness's namespaces apart from cmd/tenure's
+// (prefix tn, 10.213.0.0/24) and internal/netns's own tests.
+var netOptions = netns.Options{Prefix: "nm", Subnet: "10.215.0"}
+
+// built holds the binaries of each variant, built once per test process.
+var built = map[bool]*struct {
+	once sync.Once
+	bin  Binaries
+	err  error
+}{false: {}, true: {}}
+
+// setUp skips t where the harness cannot run (not root, no ip or
+// iptables), and returns the binaries, normal or broken.
+func setUp(t *testing.T, broken bool) Binaries {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		t.Skip(err)
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil {
+		t.Skip("nemesis: needs iptables (test/nemesis/deps.sh installs it)")
+	}
+	b := built[broken]
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "nemesis-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		start := time.Now()
+		b.bin, b.err = Build(dir, broken)
+		t.Logf("built tenure, fenced-store and writer (tenure_broken: %t) in %v", broken, time.Since(start).Round(time.Millisecond))
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	for _, b := range built {
+		if b.bin.Tenure != "" {
+			os.RemoveAll(filepath.Dir(b.bin.Tenure))
+		}
+	}
+	os.Exit(code)
+}
+
+// runChecked runs o on a fresh network in a fresh run directory and logs
+// the summary. A run that fails (harness or checker) keeps its directory
+// and names it; a passing one's is removed unless -nemesis.keep.
+func runChecked(t *testing.T, o RunOptions) *Result {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nemesis-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Cluster.Dir = dir
+	o.Cluster.Net = netns.ForTest(t, netOptions)
+	if o.Cluster.TTL == 0 {
+		o.Cluster.TTL = *ttlFlag
+	}
+	if o.Cluster.Voters == 0 {
+		o.Cluster.Voters = 5
+	}
+	if o.ElectionBound == 0 {
+		o.ElectionBound = *boundFlag
+	}
+	o.Logf = t.Logf
+	res, err := Run(o)
+	if res != nil {
+		t.Logf("%s", res.Summary(o))
+	}
+	if err != nil {
+		t.Errorf("%v (run dir kept: %s)", err, dir)
+		return res
+	}
+	t.Cleanup(func() {
+		if t.Failed() || *keepFlag {
+			t.Logf("run dir kept: %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return res
+}
+
+// TestSchedules runs -nemesis.schedules random schedules of
+// -nemesis.steps faults each on a cluster of five voters and fails if the
+// checker finds any violation or a process crashed.
+func TestSchedules(t *testing.T) {
+	bin := setUp(t, false)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano() % 1e9)
+	}
+	for i := range *schedulesFlag {
+		s := seed + uint64(i)
+		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			plan := Plan(s, *stepsFlag, true)
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d):\n%s",
+				s, s, *stepsFlag, DescribePlan(plan))
+			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
+			if res != nil && !res.OK() {
+				t.Errorf("seed %d failed: see the summary above", s)
+			}
+		})
+	}
+}

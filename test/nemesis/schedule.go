@@ -1,0 +1,100 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Fault kinds a schedule draws from.
+const (
+	FaultHalves    = "halves"         // a 2|3 partition
+	FaultIsolate   = "isolate-leader" // the leader cut off from all others
+	FaultRing      = "ring"           // each node reaches its two ring neighbours
+	FaultBridge    = "bridge"         // two halves joined by one node
+	FaultOneWay    = "one-way"        // one half's packets dropped by the other
+	FaultUDP       = "udp-cut"        // the leader's UDP cut both ways, TCP works
+	FaultLoss      = "loss"           // random packet loss between all agents
+	FaultKill      = "kill"           // kill -9 of a node, restarted with its data dir
+	FaultWipe      = "kill-wipe"      // kill -9 of a node, restarted with an empty data dir
+	FaultPause     = "pause"          // SIGSTOP of the leader's agent for 3, 8, 15 or 30 s
+	FaultPauseHost = "pause-host"     // SIGSTOP of the leader's agent, tenure run and writer
+	FaultRestart   = "restart-all"    // kill -9 of every agent, then all restarted
+	FaultJoin      = "join"           // a node with the highest ID joins (once per schedule)
+	// FaultCrash kills the leader's agent and leaves it down. Not drawn:
+	// it serves the scenario that shows the liveness check can fail.
+	FaultCrash = "crash-leader"
+)
+
+// drawn are the kinds a step is drawn from, each equally likely; a join
+// replaces the draw once per schedule, at a random step.
+var drawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss,
+	FaultKill, FaultWipe, FaultPause, FaultPauseHost, FaultRestart}
+
+// PauseLengths are the fixed lengths of a pause of the leader's agent.
+var PauseLengths = []time.Duration{3 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second}
+
+// Step is one fault of a schedule.
+type Step struct {
+	Kind string
+	// Hold is how long the fault lasts before it is undone (for kills, how
+	// long the node stays down).
+	Hold time.Duration
+	// Loss is the drop probability of a loss step.
+	Loss float64
+	// Pick seeds the choices made when the step runs: which nodes, on
+	// which side. Who leads then is the cluster's doing.
+	Pick uint64
+}
+
+func (s Step) String() string {
+	switch {
+	case s.Kind == FaultJoin:
+		return s.Kind
+	case s.Kind == FaultLoss:
+		return fmt.Sprintf("%s %.0f%% for %v", s.Kind, s.Loss*100, s.Hold)
+	}
+	return fmt.Sprintf("%s for %v", s.Kind, s.Hold)
+}
+
+// Plan draws a schedule of steps from seed: the same seed gives the same
+// steps. Partitions and kills hold 2–10 s, pauses their fixed lengths,
+// pauses of a host 3, 8 or 15 s, a restart of all 1–5 s.
+func Plan(seed uint64, steps int, join bool) []Step {
+	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
+	joinAt := -1
+	if join && steps > 1 {
+		joinAt = 1 + rng.IntN(steps-1)
+	}
+	var plan []Step
+	for i := range steps {
+		s := Step{Kind: drawn[rng.IntN(len(drawn))], Hold: time.Duration(2000+rng.IntN(8001)) * time.Millisecond, Pick: rng.Uint64()}
+		switch s.Kind {
+		case FaultPause:
+			s.Hold = PauseLengths[rng.IntN(len(PauseLengths))]
+		case FaultPauseHost:
+			s.Hold = PauseLengths[rng.IntN(3)]
+		case FaultRestart:
+			s.Hold = time.Duration(1000+rng.IntN(4001)) * time.Millisecond
+		case FaultLoss:
+			s.Loss = []float64{0.05, 0.15, 0.3}[rng.IntN(3)]
+		}
+		if i == joinAt {
+			s = Step{Kind: FaultJoin, Pick: s.Pick}
+		}
+		plan = append(plan, s)
+	}
+	return plan
+}
+
+// DescribePlan is the plan on one line per step.
+func DescribePlan(plan []Step) string {
+	var b strings.Builder
+	for i, s := range plan {
+		fmt.Fprintf(&b, "  %2d. %s\n", i+1, s)
+	}
+	return b.String()
+}
