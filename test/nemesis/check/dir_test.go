@@ -142,6 +142,9 @@ func TestDirErrors(t *testing.T) {
 		"node not the file's": func(dir string) {
 			writeLines(t, dir, "history-h2.jsonl", []Op{write("h3", 3, "x", 1510, 1511, ResultOK)}, "")
 		},
+		"lead without until": func(dir string) {
+			writeLines(t, dir, "journal-h2.jsonl", []JournalRecord{{T: ms(1500), Node: "h2", Event: JournalLead, Epoch: 3}}, "")
+		},
 		"stale read": func(dir string) {
 			writeLines(t, dir, "history-h2.jsonl", []Op{read("h2", 3, "x", 1510, 1511, ResultStale)}, "")
 		},
