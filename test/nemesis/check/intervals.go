@@ -33,7 +33,8 @@ const (
 // a segment [T, Until), cut at the first of: an end record of the same
 // node and epoch at or after T, the node's next start record after T, a
 // kill of the node at or after T. The segments of one node and epoch are
-// merged. The result is sorted by Start, then node.
+// merged. The inputs need not be sorted; the result is sorted by Start,
+// then node.
 func Beliefs(journal []JournalRecord, events []Event) []Interval {
 	byNode := make(map[string][]JournalRecord)
 	for _, r := range journal {
@@ -66,7 +67,7 @@ func killTimes(events []Event) map[string][]int64 {
 	return kills
 }
 
-// nodeBeliefs turns one node's journal (sorted by T) into merged intervals.
+// nodeBeliefs turns one node's journal into merged intervals.
 func nodeBeliefs(recs []JournalRecord, kills []int64) []Interval {
 	var starts []int64
 	ends := make(map[uint64][]int64)
@@ -77,6 +78,10 @@ func nodeBeliefs(recs []JournalRecord, kills []int64) []Interval {
 		case JournalEnd:
 			ends[r.Epoch] = append(ends[r.Epoch], r.T)
 		}
+	}
+	slices.Sort(starts)
+	for _, ts := range ends {
+		slices.Sort(ts)
 	}
 	segs := make(map[uint64][]Interval)
 	for _, r := range recs {

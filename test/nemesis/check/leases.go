@@ -68,8 +68,8 @@ func checkLead(v *verdict, r JournalRecord, leads map[uint64]JournalRecord, high
 
 // CheckLiveness is I5: after every heal before the run's end, a node must
 // hold a valid lease within bound (the agents' TTL plus the election
-// bound). A heal followed by no lease before end fails only if bound
-// passed before end. It returns the time to a lease after each heal (see
+// bound). A heal followed by no lease before end fails only if at least
+// bound passed before end. It returns the time to a lease after each heal (see
 // Report.Liveness). events must be sorted by T; end is the run's end.
 func CheckLiveness(iv []Interval, events []Event, bound time.Duration, end int64) (Verdict, []time.Duration) {
 	v := verdict{name: NameLiveness}
@@ -81,7 +81,7 @@ func CheckLiveness(iv []Interval, events []Event, bound time.Duration, end int64
 		at, ok := firstHeld(iv, e.T)
 		if !ok || at >= end {
 			waits = append(waits, time.Duration(end-e.T))
-			if time.Duration(end-e.T) > bound {
+			if time.Duration(end-e.T) >= bound {
 				v.failf("no node held a valid lease in the %v from the heal at %s to the end (bound %v)",
 					time.Duration(end-e.T), stamp(e.T), bound)
 			}

@@ -144,16 +144,9 @@ func porcupineHistory(ops []Op) []porcupine.Operation {
 		if o.Op == OpRead && o.Result == ResultUnknown {
 			continue
 		}
-		w := writer{o.Node, o.PID}
-		id, ok := clients[w]
-		if !ok {
-			id = len(clients)
-			clients[w] = id
-		}
-		ret := o.Return
-		if o.Result == ResultUnknown {
-			ret = end
-			id = -1 - len(out) // a pending write overlaps its writer's later operations
+		id, ret := -1-len(out), end // a pending write overlaps its writer's later operations
+		if o.Result != ResultUnknown {
+			id, ret = clientID(clients, writer{o.Node, o.PID}), o.Return
 		}
 		out = append(out, porcupine.Operation{
 			ClientId: id, Call: o.Invoke, Return: ret, Metadata: fmt.Sprintf("%s pid %d", o.Node, o.PID),
@@ -162,6 +155,16 @@ func porcupineHistory(ops []Op) []porcupine.Operation {
 		})
 	}
 	return renumberPending(out, len(clients))
+}
+
+// clientID returns w's client id, numbering writers as they come.
+func clientID(clients map[writer]int, w writer) int {
+	id, ok := clients[w]
+	if !ok {
+		id = len(clients)
+		clients[w] = id
+	}
+	return id
 }
 
 // renumberPending gives pending writes client ids after the writers'.

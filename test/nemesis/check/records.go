@@ -240,6 +240,8 @@ func validJournal(r *JournalRecord) error {
 		return errors.New("no node")
 	case !slices.Contains([]string{JournalStart, JournalLead, JournalExtend, JournalEnd}, r.Event):
 		return fmt.Errorf("unknown journal event %q", r.Event)
+	case (r.Event == JournalLead || r.Event == JournalExtend) && r.Until <= 0:
+		return fmt.Errorf("%s without until", r.Event)
 	}
 	return nil
 }

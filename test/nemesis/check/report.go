@@ -158,8 +158,9 @@ type reportJSON struct {
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds) and "counts".
-func (r *Report) MarshalJSON() ([]byte, error) {
+// "liveness_ns" (nanoseconds) and "counts". It has a value receiver so
+// that a Report encodes the same way with or without a pointer.
+func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
