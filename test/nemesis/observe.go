@@ -26,9 +26,9 @@ func (c *Cluster) Leader() *Node {
 	return best
 }
 
-// Stable reports "" when every running agent names the same leader, that
-// leader says it leads, and each counts every running agent as a live
-// member; otherwise what is missing.
+// Stable reports "" when every running agent names the same leader, a
+// running one that says it leads, and each counts every running agent as
+// a live member; otherwise what is missing.
 func (c *Cluster) Stable() string {
 	var leader *rpc.LeaderInfo
 	up := 0
@@ -51,6 +51,8 @@ func (c *Cluster) Stable() string {
 		case leader != nil && *st.Leader != *leader:
 			missing = append(missing, fmt.Sprintf("%s follows %s (epoch %d), another %s (epoch %d)",
 				n.Name, st.Leader.Node, st.Leader.Epoch, leader.Node, leader.Epoch))
+		case c.Node(st.Leader.Node) == nil || !c.Node(st.Leader.Node).Up():
+			missing = append(missing, fmt.Sprintf("%s follows %s, which is down or paused", n.Name, st.Leader.Node))
 		case st.Leader.Node == n.Name && !st.IsLeader:
 			missing = append(missing, n.Name+" is named leader but does not lead")
 		case st.Members < up:

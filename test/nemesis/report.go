@@ -76,10 +76,9 @@ func (r *Result) Summary(o RunOptions) string {
 		fmt.Fprintf(&b, "--eligible=false: %s\n", strings.Join(o.Cluster.Ineligible, " "))
 	}
 	fmt.Fprintf(&b, "run dir: %s\n", o.Cluster.Dir)
-	fmt.Fprintf(&b, "boot: all agreed on a leader after %v %s\n", r.Boot.Round(time.Millisecond), r.BootUnstable)
+	fmt.Fprintf(&b, "boot: %s\n", agreement(r.Boot, r.BootUnstable))
 	for i, s := range r.Steps {
-		fmt.Fprintf(&b, "step %2d: %-28s %-32s agreed again after %v %s\n", i+1, s.Step, s.What,
-			s.Stable.Round(time.Millisecond), s.Unstable)
+		fmt.Fprintf(&b, "step %2d: %-28s %-24s %s\n", i+1, s.Step, s.What, s.agreement())
 	}
 	for i := len(r.Steps); i < len(r.Plan); i++ {
 		fmt.Fprintf(&b, "step %2d: %s: not run\n", i+1, r.Plan[i])

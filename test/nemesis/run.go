@@ -93,7 +93,7 @@ func run(o RunOptions, res *Result) (err error) {
 		}
 	}()
 	res.Boot, res.BootUnstable = c.WaitStable(BootWait)
-	o.Logf("boot: agreed on a leader after %v %s", res.Boot.Round(time.Millisecond), res.BootUnstable)
+	o.Logf("boot: %s", agreement(res.Boot, res.BootUnstable))
 	bound := o.Cluster.TTL + o.ElectionBound
 	lastHeal := time.Now()
 	for i, s := range o.Plan {
@@ -107,7 +107,7 @@ func run(o RunOptions, res *Result) (err error) {
 		lastHeal = time.Now()
 		r := StepResult{Step: s, What: what}
 		r.Stable, r.Unstable = c.WaitStable(bound + stableSlack)
-		o.Logf("step %d: %s (%s); agreed again after %v %s", i+1, s, what, r.Stable.Round(time.Millisecond), r.Unstable)
+		o.Logf("step %d: %s (%s); %s", i+1, s, what, r.agreement())
 		res.Steps = append(res.Steps, r)
 		time.Sleep(2 * o.Cluster.TTL) // settle: renewals, a preemption by a returning higher node
 	}
@@ -126,3 +126,14 @@ const (
 
 // path joins the run directory and name.
 func (o RunOptions) path(name string) string { return filepath.Join(o.Cluster.Dir, name) }
+
+// agreement says how long the agents took to agree on a leader, or that
+// they did not.
+func agreement(d time.Duration, unstable string) string {
+	if unstable != "" {
+		return fmt.Sprintf("no agreement within %v: %s", d.Round(time.Millisecond), unstable)
+	}
+	return fmt.Sprintf("all agreed on a leader after %v", d.Round(time.Millisecond))
+}
+
+func (r StepResult) agreement() string { return agreement(r.Stable, r.Unstable) }

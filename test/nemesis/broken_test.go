@@ -1,0 +1,93 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/broken"
+	"github.com/tenurehq/tenure/test/nemesis/check"
+)
+
+// brokenCase is one deliberately broken build or configuration and the
+// fixed scenario that must make the named checks fail.
+type brokenCase struct {
+	name       string
+	broken     []string // TENURE_BROKEN modes (a tenure_broken build)
+	ineligible []string
+	plan       []Step
+	fails      []string // verdicts that must fail; others may
+}
+
+var brokenCases = []brokenCase{
+	{name: "skip-majority", broken: []string{broken.SkipMajority},
+		plan:  []Step{{Kind: FaultIsolate, Hold: 6 * time.Second}},
+		fails: []string{check.NameOneLease}},
+	{name: "renew-past-deadline", broken: []string{broken.RenewPastDeadline},
+		plan:  []Step{{Kind: FaultPause, Hold: 8 * time.Second}},
+		fails: []string{check.NameOneLease}},
+	{name: "run-keeps-child", broken: []string{broken.RunKeepsChild},
+		plan:  []Step{{Kind: FaultPause, Hold: 8 * time.Second}},
+		fails: []string{check.NameChildren}},
+	{name: "store-no-fence", broken: []string{broken.StoreNoFence},
+		plan:  []Step{{Kind: FaultPauseHost, Hold: 8 * time.Second}},
+		fails: []string{check.NameMonotone}},
+	// Not a broken build but a cluster that cannot meet I5: only h5 may
+	// lead, and it is killed for good.
+	{name: "no-eligible-successor", ineligible: []string{"h1", "h2", "h3", "h4"},
+		plan:  []Step{{Kind: FaultCrash}},
+		fails: []string{check.NameLiveness}},
+}
+
+// TestCheckerCatchesBrokenBuilds shows the checker can fail each check it
+// claims: for every broken case, a targeted scenario must fail the named
+// verdict (the test fails if it passes). Then one run of the normal build
+// through the same faults (isolate the leader, pause its agent, pause its
+// host, kill it for good) must pass every check.
+func TestCheckerCatchesBrokenBuilds(t *testing.T) {
+	for _, bc := range brokenCases {
+		t.Run(bc.name, func(t *testing.T) {
+			bin := setUp(t, len(bc.broken) > 0)
+			res := runBroken(t, RunOptions{Cluster: Config{Bin: bin, Broken: bc.broken, Ineligible: bc.ineligible}, Plan: bc.plan})
+			if res == nil || res.Report == nil {
+				t.Fatal("no report")
+			}
+			for _, name := range bc.fails {
+				if v, ok := res.Report.Verdict(name); !ok || v.OK {
+					t.Errorf("%s passed on the %s build: the checker missed the violation", name, bc.name)
+				}
+			}
+		})
+	}
+	t.Run("normal-build", func(t *testing.T) {
+		bin := setUp(t, false)
+		plan := []Step{{Kind: FaultIsolate, Hold: 6 * time.Second}, {Kind: FaultPause, Hold: 8 * time.Second},
+			{Kind: FaultPauseHost, Hold: 8 * time.Second}, {Kind: FaultCrash}}
+		res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: plan})
+		if res != nil && !res.OK() {
+			t.Error("the normal build failed the scenarios the broken builds fail: see the summary above")
+		}
+	})
+}
+
+// runBroken is runChecked for a run that is meant to fail its checks: its
+// run directory is removed unless -nemesis.keep or the test fails.
+func runBroken(t *testing.T, o RunOptions) *Result {
+	t.Helper()
+	res := runChecked(t, o)
+	if res != nil && len(res.Crashed) > 0 {
+		t.Errorf("processes crashed: %v", res.Crashed)
+	}
+	failed := []string{}
+	if res != nil && res.Report != nil {
+		for _, v := range res.Report.Verdicts {
+			if !v.OK {
+				failed = append(failed, v.Name)
+			}
+		}
+	}
+	t.Logf("failed checks, as meant: %v", slices.Clip(failed))
+	return res
+}
