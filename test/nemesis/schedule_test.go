@@ -1,0 +1,174 @@
+//go:build nemesis
+
+package nemesis
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var five = []string{"h1", "h2", "h3", "h4", "h5"}
+
+// reaches reports whether packets from a arrive at b under p (loss and
+// UDP-only drops count as reaching).
+func reaches(p Partition, a, b string) bool {
+	return !slices.ContainsFunc(p.Drops, func(d Drop) bool { return d.On == b && d.From == a && !d.UDP && d.Prob == 0 })
+}
+
+// sees lists the nodes node exchanges packets with both ways.
+func sees(p Partition, nodes []string, node string) []string {
+	var out []string
+	for _, m := range nodes {
+		if m != node && reaches(p, node, m) && reaches(p, m, node) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestHalvesSplitTwoFromThree(t *testing.T) {
+	for seed := range uint64(50) {
+		p := Halves(five, rand.New(rand.NewPCG(seed, 0)))
+		sizes := map[int]int{}
+		for _, n := range five {
+			side := append(sees(p, five, n), n)
+			sizes[len(side)]++
+			for _, m := range side {
+				if !slices.Equal(slices.Sorted(slices.Values(append(sees(p, five, m), m))), slices.Sorted(slices.Values(side))) {
+					t.Fatalf("seed %d: %s and %s on one side see different nodes: %s", seed, n, m, p.Detail)
+				}
+			}
+		}
+		if sizes[2] != 2 || sizes[3] != 3 {
+			t.Fatalf("seed %d: sides %v, want 2 and 3: %s", seed, sizes, p.Detail)
+		}
+	}
+}
+
+func TestIsolateCutsOneFromAll(t *testing.T) {
+	p := Isolate(five, "h3")
+	for _, n := range five {
+		want := 3
+		if n == "h3" {
+			want = 0
+		}
+		if got := len(sees(p, five, n)); got != want {
+			t.Fatalf("%s sees %d nodes, want %d", n, got, want)
+		}
+	}
+}
+
+// TestRingGivesEveryNodeItsOwnMajority: each node sees exactly two
+// others, so it and its neighbours are a majority of five, and no two
+// nodes see the same set.
+func TestRingGivesEveryNodeItsOwnMajority(t *testing.T) {
+	for seed := range uint64(50) {
+		p := Ring(five, rand.New(rand.NewPCG(seed, 0)))
+		views := map[string]bool{}
+		for _, n := range five {
+			s := sees(p, five, n)
+			if len(s) != 2 {
+				t.Fatalf("seed %d: %s sees %v in %s", seed, n, s, p.Detail)
+			}
+			views[strings.Join(slices.Sorted(slices.Values(append(s, n))), ",")] = true
+		}
+		if len(views) != 5 {
+			t.Fatalf("seed %d: majorities repeat in %s", seed, p.Detail)
+		}
+	}
+}
+
+func TestBridgeJoinsTwoHalvesThroughOneNode(t *testing.T) {
+	for seed := range uint64(50) {
+		p := Bridge(five, rand.New(rand.NewPCG(seed, 0)))
+		bridges := 0
+		for _, n := range five {
+			switch len(sees(p, five, n)) {
+			case 4:
+				bridges++
+			case 2: // its half and the bridge
+			default:
+				t.Fatalf("seed %d: %s sees %v in %s", seed, n, sees(p, five, n), p.Detail)
+			}
+		}
+		if bridges != 1 {
+			t.Fatalf("seed %d: %d nodes see all in %s", seed, bridges, p.Detail)
+		}
+	}
+}
+
+func TestOneWayDropsOneDirectionOnly(t *testing.T) {
+	for seed := range uint64(50) {
+		p := OneWay(five, rand.New(rand.NewPCG(seed, 0)))
+		cut := 0
+		for _, a := range five {
+			for _, b := range five {
+				if a != b && !reaches(p, a, b) {
+					cut++
+					if !reaches(p, b, a) {
+						t.Fatalf("seed %d: %s and %s cut both ways in %s", seed, a, b, p.Detail)
+					}
+				}
+			}
+		}
+		if cut != 6 {
+			t.Fatalf("seed %d: %d one-way cuts, want 2×3: %s", seed, cut, p.Detail)
+		}
+	}
+}
+
+func TestUDPCutAndLossLeaveTCP(t *testing.T) {
+	u := UDPCut(five, "h2")
+	if len(u.Drops) != 8 || slices.ContainsFunc(u.Drops, func(d Drop) bool { return !d.UDP || (d.On != "h2" && d.From != "h2") }) {
+		t.Fatalf("UDP cut of h2: %+v", u.Drops)
+	}
+	l := Loss(five, 0.15)
+	if len(l.Drops) != 20 || slices.ContainsFunc(l.Drops, func(d Drop) bool { return d.Prob != 0.15 || d.UDP }) {
+		t.Fatalf("loss: %+v", l.Drops)
+	}
+}
+
+// TestPlanReplaysItsSeed: a seed gives the same plan every time; holds
+// stay in their ranges; one join, never first; over many seeds every
+// fault is drawn.
+func TestPlanReplaysItsSeed(t *testing.T) {
+	if !reflect.DeepEqual(Plan(42, 8, true), Plan(42, 8, true)) {
+		t.Fatal("seed 42 gave two plans")
+	}
+	if reflect.DeepEqual(Plan(42, 8, true), Plan(43, 8, true)) {
+		t.Fatal("seeds 42 and 43 gave the same plan")
+	}
+	kinds := map[string]int{}
+	for seed := range uint64(300) {
+		plan := Plan(seed, 6, true)
+		joins := 0
+		for i, s := range plan {
+			kinds[s.Kind]++
+			switch {
+			case s.Kind == FaultJoin:
+				joins++
+				if i == 0 {
+					t.Fatalf("seed %d: join first", seed)
+				}
+			case s.Kind == FaultPause || s.Kind == FaultPauseHost:
+				if !slices.Contains(PauseLengths, s.Hold) {
+					t.Fatalf("seed %d: %s", seed, s)
+				}
+			case s.Hold < time.Second || s.Hold > 10*time.Second:
+				t.Fatalf("seed %d: %s holds out of range", seed, s)
+			}
+		}
+		if joins != 1 {
+			t.Fatalf("seed %d: %d joins", seed, joins)
+		}
+	}
+	for _, k := range append(slices.Clone(drawn), FaultJoin) {
+		if kinds[k] == 0 {
+			t.Errorf("%s never drawn in 300 plans", k)
+		}
+	}
+}
