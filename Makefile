@@ -7,7 +7,7 @@ GO ?= go
 # the deadline with no failing input (golang/go#75804, fixed in go1.27).
 FUZZTIME ?= 20000x
 
-.PHONY: build demo cluster test check fuzz-short fuzz sim scale
+.PHONY: build demo cluster test check fuzz-short fuzz sim scale nemesis soak
 
 build:
 	$(GO) build -o bin/tenure ./cmd/tenure
@@ -20,13 +20,16 @@ demo:
 cluster:
 	./examples/local-cluster/run.sh
 
-# The whole test suite with the race detector.
+# The whole test suite with the race detector, then the short form of the
+# fault-injection harness (which skips unless run as root).
 test:
 	$(GO) test -race -count=1 ./...
+	$(MAKE) nemesis
 
 check:
 	gofmt -l $$(git ls-files '*.go')
 	$(GO) vet ./...
+	$(GO) vet -tags nemesis ./test/nemesis
 
 # Each fuzz target for FUZZTIME executions (CI runs this bounded form).
 fuzz-short:
@@ -62,3 +65,28 @@ SCALEFLAGS ?=
 scale:
 	$(GO) test -tags scale -count=1 -timeout=30m -run='^TestScale$$' -v ./cmd/tenure \
 		-args -scale.n=$(N) -scale.voters=$(VOTERS) -scale.timing=$(TIMING) $(SCALEFLAGS)
+
+# The fault-injection harness (test/nemesis; docs/RELIABILITY.md): five real
+# agents in network namespaces, a fenced store and writers, partitions made
+# with iptables, kills, wipes and pauses from seeded random schedules, and
+# the independent checker (test/nemesis/check). Needs root: it skips
+# otherwise. deps.sh installs iproute2 and iptables where missing. The
+# short form, which make test and CI run: NEMESIS_SCHEDULES random
+# schedules (a random seed, printed; NEMESISFLAGS=-nemesis.seed=N replays
+# one) and the test that each deliberately broken build fails its check.
+NEMESIS_SCHEDULES ?= 2
+NEMESIS_STEPS ?= 4
+NEMESISFLAGS ?=
+nemesis:
+	./test/nemesis/deps.sh
+	$(GO) test -tags nemesis -count=1 -timeout=30m -v ./test/nemesis \
+		-args -nemesis.schedules=$(NEMESIS_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
+
+# The long form: make soak SCHEDULES=200 runs 200 random schedules (of
+# NEMESIS_STEPS faults each) one after another, about 80 s each, and no
+# broken builds. SCHEDULES defaults to 200 here, not to sim's 5000.
+SOAK_SCHEDULES = $(if $(filter command line environment,$(origin SCHEDULES)),$(SCHEDULES),200)
+soak:
+	./test/nemesis/deps.sh
+	$(GO) test -tags nemesis -count=1 -timeout=0 -v -run='^TestSchedules$$' ./test/nemesis \
+		-args -nemesis.schedules=$(SOAK_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
