@@ -30,9 +30,9 @@ func agentCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "agent",
 		Usage: "run the tenure agent on this host",
-		Flags: []cli.Flag{
+		Flags: categorize(agentFlagCategories, []cli.Flag{
 			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "unique node name", EnvVars: env("name")},
-			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads (default: a stable hash of the name)", EnvVars: env("id")},
+			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads", DefaultText: "a stable hash of the name", EnvVars: env("id")},
 			&cli.StringFlag{Name: "bind", Value: d.BindAddr, Usage: "gossip address `HOST:PORT`", EnvVars: env("bind")},
 			&cli.StringFlag{Name: "peer-bind", Value: d.PeerBindAddr, Usage: "peer transport address `HOST:PORT`", EnvVars: env("peer-bind")},
 			&cli.StringFlag{Name: "advertise", Usage: "address other agents reach this one at, `HOST`", EnvVars: env("advertise")},
@@ -42,11 +42,11 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
 			&cli.IntFlag{Name: "max-members", Value: agent.DefaultMaxMembers, Usage: "largest cluster this agent's gossip accepts, counting members that failed or left recently; give every agent the same value", EnvVars: env("max-members")},
 			&cli.IntFlag{Name: "socket-max-conns", Value: rpc.DefaultMaxConns, Usage: "connections the socket serves at once", EnvVars: env("socket-max-conns")},
-			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-conns-per-peer")},
-			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-ungreeted")},
+			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold", DefaultText: "a quarter of --socket-max-conns", EnvVars: env("socket-max-conns-per-peer")},
+			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once", DefaultText: "a quarter of --socket-max-conns", EnvVars: env("socket-max-ungreeted")},
 			&cli.DurationFlag{Name: "socket-idle-timeout", Value: rpc.DefaultIdleTimeout, Usage: "close a socket connection that sends no request for this long (watches exempt; 0: never)", EnvVars: env("socket-idle-timeout")},
 			&cli.DurationFlag{Name: "socket-hello-timeout", Value: rpc.DefaultHandshakeTimeout, Usage: "close a socket connection that has not said hello within this time", EnvVars: env("socket-hello-timeout")},
-			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default DATA-DIR/keyring, created with --encrypt); once it exists it is always used, and --encrypt must be one of its keys", EnvVars: env("keyring-file")},
+			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts, created with --encrypt; once it exists it is always used, and --encrypt must be one of its keys", DefaultText: "DATA-DIR/keyring", EnvVars: env("keyring-file")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.BoolFlag{Name: "insecure-no-encryption", Usage: "allow running without a cluster key on addresses other than loopback: anyone who can reach the ports can join, vote and claim leadership", EnvVars: env("insecure-no-encryption")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
@@ -57,7 +57,7 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "preempt", Value: d.Preempt, Usage: "yield leadership to a higher eligible node once it is stable", EnvVars: env("preempt")},
 			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
 			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node may be a voter (quorum mode): the leader promotes it when a seat is free", EnvVars: env("voter")},
-			&cli.IntFlag{Name: "voters", Usage: "number of voters the leader keeps, odd where it can; other nodes observe (default: the bootstrap's --expect, else 5); give every node the same value", EnvVars: env("voters")},
+			&cli.IntFlag{Name: "voters", Usage: "number of voters the leader keeps, odd where it can; other nodes observe; give every node the same value", DefaultText: "the bootstrap's --expect, else 5", EnvVars: env("voters")},
 			&cli.StringFlag{Name: "zone", Usage: "this node's failure domain (rack, availability zone): voters are spread over zones", EnvVars: env("zone")},
 			&cli.DurationFlag{Name: "dead-voter-timeout", Value: agent.DefaultDeadVoterTimeout, Usage: "replace a voter gossip has reported failed for this long (negative: never)", EnvVars: env("dead-voter-timeout")},
 			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
@@ -67,7 +67,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
 			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
-		},
+		}),
 		Action: runAgent,
 	}
 }
