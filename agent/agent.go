@@ -186,6 +186,7 @@ func (a *Agent) startCore() error {
 	ec := a.cfg.electionConfig()
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	cc := coreConfig{
+		Count:        a.counts.add,
 		Self:         a.self(),
 		Eligible:     a.eligible(),
 		Voter:        a.cfg.Voter,
@@ -219,6 +220,10 @@ func (a *Agent) startHooks() error {
 		Timeout: a.cfg.HookTimeout,
 		Logger:  a.log,
 		Env:     append(hookEnv(os.Environ()), "TENURE_SOCKET="+a.cfg.SocketPath),
+		Observe: func(o hooks.RunOutcome) {
+			a.counts.add("hook." + o.Outcome)
+			a.counts.addN("hook_ms."+o.Outcome, uint64(o.Duration.Milliseconds()))
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -66,6 +66,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "journal", Usage: "append a JSON line to `FILE` for every change of this node's own leadership (became leader, lease extended, stopped leading), with wall-clock times: an audit trail", EnvVars: env("journal")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+			&cli.StringFlag{Name: "http-addr", Usage: "serve Prometheus metrics (/metrics), health checks (/health, /health/leader) and the status JSON (/v1/status) on `HOST:PORT`; unauthenticated and off by default", EnvVars: env("http-addr")},
 			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
 		}),
 		Action: runAgent,
@@ -88,13 +89,16 @@ func runAgent(c *cli.Context) error {
 		cfg.Logger.Error("tenure agent: cannot start", "err", err)
 		return fail(2, "")
 	}
-	if addr := c.String("debug-addr"); addr != "" {
-		d, err := startDebug(addr, a, cfg.Logger)
-		if err != nil {
-			a.Halt()
-			return fail(2, "tenure agent: %v", err)
+	for flag, start := range map[string]func(string, *agent.Agent, *slog.Logger) (*httpServer, error){
+		"http-addr": startMetrics, "debug-addr": startDebug} {
+		if addr := c.String(flag); addr != "" {
+			s, err := start(addr, a, cfg.Logger)
+			if err != nil {
+				a.Halt()
+				return fail(2, "tenure agent: %v", err)
+			}
+			defer s.close()
 		}
-		defer d.close()
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
