@@ -3,6 +3,7 @@ module github.com/tenurehq/tenure
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/hashicorp/go-msgpack/v2 v2.1.5
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/hashicorp/serf v0.11.0

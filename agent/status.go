@@ -109,7 +109,7 @@ func (a *Agent) emit(event, node string, leader bully.Node, term uint64) {
 // goroutine, so events keep their order.
 func (a *Agent) publish(ev rpc.Event) {
 	a.events.publish(ev)
-	a.hooks.Dispatch(hooks.FromRPC(ev, a.cfg.Name, a.cfg.ID))
+	a.hookRunner().Dispatch(hooks.FromRPC(ev, a.cfg.Name, a.cfg.ID))
 }
 
 func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {

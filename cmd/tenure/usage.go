@@ -4,6 +4,7 @@ import "github.com/urfave/cli/v2"
 
 // agentFlagCategories groups `tenure agent --help` by what a flag is about.
 var agentFlagCategories = map[string][]string{
+	"Config file":            {"config"},
 	"Identity":               {"name", "id", "zone", "eligible", "voter"},
 	"Network":                {"bind", "peer-bind", "advertise", "join", "max-members", "timing"},
 	"Security":               {"encrypt", "keyring-file", "insecure-no-encryption"},
