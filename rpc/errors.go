@@ -133,11 +133,14 @@ func wireError(err error) (e *Error, ok bool) {
 	return nil, false
 }
 
-// trimSentinel drops a trailing sentinel text from msg, since the client adds
-// it back: "agent: no quorum: rpc: no leader" travels as "agent: no quorum".
+// trimSentinel drops the sentinel's text from the end or the start of msg,
+// since the client adds it back: "agent: no quorum: rpc: no leader" travels
+// as "agent: no quorum", and "rpc: not found: no member named x" as "no
+// member named x".
 func trimSentinel(msg string, s error) string {
 	if msg == s.Error() {
 		return ""
 	}
-	return strings.TrimSuffix(msg, ": "+s.Error())
+	msg = strings.TrimSuffix(msg, ": "+s.Error())
+	return strings.TrimPrefix(msg, s.Error()+": ")
 }

@@ -28,11 +28,13 @@ func env(name string) []string {
 func agentCommand() *cli.Command {
 	d := agent.DefaultConfig()
 	return &cli.Command{
-		Name:  "agent",
-		Usage: "run the tenure agent on this host",
-		Flags: []cli.Flag{
+		Name:   "agent",
+		Usage:  "run the tenure agent on this host",
+		Before: applyConfigFile,
+		Flags: categorize(agentFlagCategories, []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "read settings from the TOML `FILE` (keys are flag names; flags and TENURE_ variables win); SIGHUP re-reads its log-level and hook", EnvVars: env("config")},
 			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "unique node name", EnvVars: env("name")},
-			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads (default: a stable hash of the name)", EnvVars: env("id")},
+			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads", DefaultText: "a stable hash of the name", EnvVars: env("id")},
 			&cli.StringFlag{Name: "bind", Value: d.BindAddr, Usage: "gossip address `HOST:PORT`", EnvVars: env("bind")},
 			&cli.StringFlag{Name: "peer-bind", Value: d.PeerBindAddr, Usage: "peer transport address `HOST:PORT`", EnvVars: env("peer-bind")},
 			&cli.StringFlag{Name: "advertise", Usage: "address other agents reach this one at, `HOST`", EnvVars: env("advertise")},
@@ -42,11 +44,11 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "socket-group", Usage: "`GROUP` (name or ID) whose members may use the socket; use with --socket-mode 0660", EnvVars: env("socket-group")},
 			&cli.IntFlag{Name: "max-members", Value: agent.DefaultMaxMembers, Usage: "largest cluster this agent's gossip accepts, counting members that failed or left recently; give every agent the same value", EnvVars: env("max-members")},
 			&cli.IntFlag{Name: "socket-max-conns", Value: rpc.DefaultMaxConns, Usage: "connections the socket serves at once", EnvVars: env("socket-max-conns")},
-			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-conns-per-peer")},
-			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once (default: a quarter of --socket-max-conns)", EnvVars: env("socket-max-ungreeted")},
+			&cli.IntFlag{Name: "socket-max-conns-per-peer", Usage: "connections one client process may hold", DefaultText: "a quarter of --socket-max-conns", EnvVars: env("socket-max-conns-per-peer")},
+			&cli.IntFlag{Name: "socket-max-ungreeted", Usage: "connections that may wait to say hello at once", DefaultText: "a quarter of --socket-max-conns", EnvVars: env("socket-max-ungreeted")},
 			&cli.DurationFlag{Name: "socket-idle-timeout", Value: rpc.DefaultIdleTimeout, Usage: "close a socket connection that sends no request for this long (watches exempt; 0: never)", EnvVars: env("socket-idle-timeout")},
 			&cli.DurationFlag{Name: "socket-hello-timeout", Value: rpc.DefaultHandshakeTimeout, Usage: "close a socket connection that has not said hello within this time", EnvVars: env("socket-hello-timeout")},
-			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts (default DATA-DIR/keyring, created with --encrypt); once it exists it is always used, and --encrypt must be one of its keys", EnvVars: env("keyring-file")},
+			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts, created with --encrypt; once it exists it is always used, and --encrypt must be one of its keys", DefaultText: "DATA-DIR/keyring", EnvVars: env("keyring-file")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.BoolFlag{Name: "insecure-no-encryption", Usage: "allow running without a cluster key on addresses other than loopback: anyone who can reach the ports can join, vote and claim leadership", EnvVars: env("insecure-no-encryption")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
@@ -57,7 +59,7 @@ func agentCommand() *cli.Command {
 			&cli.BoolFlag{Name: "preempt", Value: d.Preempt, Usage: "yield leadership to a higher eligible node once it is stable", EnvVars: env("preempt")},
 			&cli.BoolFlag{Name: "eligible", Value: d.Eligible, Usage: "this node may lead", EnvVars: env("eligible")},
 			&cli.BoolFlag{Name: "voter", Value: d.Voter, Usage: "this node may be a voter (quorum mode): the leader promotes it when a seat is free", EnvVars: env("voter")},
-			&cli.IntFlag{Name: "voters", Usage: "number of voters the leader keeps, odd where it can; other nodes observe (default: the bootstrap's --expect, else 5); give every node the same value", EnvVars: env("voters")},
+			&cli.IntFlag{Name: "voters", Usage: "number of voters the leader keeps, odd where it can; other nodes observe; give every node the same value", DefaultText: "the bootstrap's --expect, else 5", EnvVars: env("voters")},
 			&cli.StringFlag{Name: "zone", Usage: "this node's failure domain (rack, availability zone): voters are spread over zones", EnvVars: env("zone")},
 			&cli.DurationFlag{Name: "dead-voter-timeout", Value: agent.DefaultDeadVoterTimeout, Usage: "replace a voter gossip has reported failed for this long (negative: never)", EnvVars: env("dead-voter-timeout")},
 			&cli.StringFlag{Name: "timing", Value: string(d.Profile), Usage: "timing profile: lan, or local for agents on one machine", EnvVars: env("timing")},
@@ -66,14 +68,15 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "journal", Usage: "append a JSON line to `FILE` for every change of this node's own leadership (became leader, lease extended, stopped leading), with wall-clock times: an audit trail", EnvVars: env("journal")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+			&cli.StringFlag{Name: "http-addr", Usage: "serve Prometheus metrics (/metrics), health checks (/health, /health/leader) and the status JSON (/v1/status) on `HOST:PORT`; unauthenticated and off by default", EnvVars: env("http-addr")},
 			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
-		},
+		}),
 		Action: runAgent,
 	}
 }
 
 func runAgent(c *cli.Context) error {
-	cfg, err := agentConfig(c)
+	cfg, level, err := agentConfig(c)
 	if err != nil {
 		return fail(2, "tenure agent: %v", err)
 	}
@@ -88,22 +91,32 @@ func runAgent(c *cli.Context) error {
 		cfg.Logger.Error("tenure agent: cannot start", "err", err)
 		return fail(2, "")
 	}
-	if addr := c.String("debug-addr"); addr != "" {
-		d, err := startDebug(addr, a, cfg.Logger)
-		if err != nil {
-			a.Halt()
-			return fail(2, "tenure agent: %v", err)
+	for flag, start := range map[string]func(string, *agent.Agent, *slog.Logger) (*httpServer, error){
+		"http-addr": startMetrics, "debug-addr": startDebug} {
+		if addr := c.String(flag); addr != "" {
+			s, err := start(addr, a, cfg.Logger)
+			if err != nil {
+				a.Halt()
+				return fail(2, "tenure agent: %v", err)
+			}
+			defer s.close()
 		}
-		defer d.close()
 	}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var sig os.Signal
-	select {
-	case sig = <-sigs:
-	case <-a.Done():
-		return fail(1, "tenure agent: %v", a.Err())
+	for sig == nil {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				sig = s
+				continue
+			}
+			reloadConfig(c, a, level, cfg.Logger)
+		case <-a.Done():
+			return fail(1, "tenure agent: %v", a.Err())
+		}
 	}
 	cfg.Logger.Info("stopping", "signal", sig.String())
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -127,11 +140,12 @@ func socketLimits(c *cli.Context, cfg *agent.Config) {
 	}
 }
 
-func agentConfig(c *cli.Context) (agent.Config, error) {
-	logger, err := newLogger(c.String("log-level"), c.Bool("log-json"))
+func agentConfig(c *cli.Context) (agent.Config, *slog.LevelVar, error) {
+	level, err := logLevel(c.String("log-level"))
 	if err != nil {
-		return agent.Config{}, err
+		return agent.Config{}, nil, err
 	}
+	logger := leveledLogger(level, c.Bool("log-json"))
 	cfg := agent.DefaultConfig()
 	cfg.Name = c.String("name")
 	cfg.ID = c.Uint64("id")
@@ -142,7 +156,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.SocketPath = c.String("socket")
 	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
 	if err != nil {
-		return agent.Config{}, fmt.Errorf("--socket-mode %q: want octal permission bits such as 0660", c.String("socket-mode"))
+		return agent.Config{}, nil, fmt.Errorf("--socket-mode %q: want octal permission bits such as 0660", c.String("socket-mode"))
 	}
 	cfg.SocketMode = os.FileMode(mode)
 	cfg.SocketGroup = c.String("socket-group")
@@ -166,24 +180,40 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.KeyringFile = c.String("keyring-file")
 	if k := c.String("encrypt"); k != "" {
 		if cfg.EncryptKey, err = decodeKey(k); err != nil {
-			return agent.Config{}, err
+			return agent.Config{}, nil, err
 		}
 	}
 	cfg.InsecureNoEncryption = c.Bool("insecure-no-encryption")
 	cfg.HookTimeout = c.Duration("hook-timeout")
-	return cfg, cfg.Validate()
+	return cfg, level, cfg.Validate()
 }
 
 func newLogger(level string, asJSON bool) (*slog.Logger, error) {
+	l, err := logLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	return leveledLogger(l, asJSON), nil
+}
+
+// logLevel parses a --log-level value into a level that can change later
+// (a SIGHUP with a config file).
+func logLevel(level string) (*slog.LevelVar, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
+	v := new(slog.LevelVar)
+	v.Set(l)
+	return v, nil
+}
+
+func leveledLogger(l *slog.LevelVar, asJSON bool) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: l}
 	if asJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
 // hookList collects repeated --hook values as written: commas belong to

@@ -241,25 +241,48 @@ func watchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "watch",
 		Usage: "print one line per leadership or membership change until interrupted",
-		Flags: []cli.Flag{socketFlag(), jsonFlag()},
+		Flags: []cli.Flag{socketFlag(), jsonFlag(),
+			&cli.BoolFlag{Name: "reconnect", Usage: "when the agent goes away (a restart), say so on stderr and keep trying to follow it again, every second, instead of exiting"},
+		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			dialCtx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			cl, err := rpc.Dial(dialCtx, c.String("socket"))
-			if err != nil {
-				return clientError(err)
+			for {
+				err := watchOnce(ctx, c)
+				if ctx.Err() != nil {
+					return nil // interrupted
+				}
+				if err == nil || !c.Bool("reconnect") {
+					return clientError(err)
+				}
+				fmt.Fprintf(c.App.ErrWriter, "tenure watch: %v; reconnecting\n", err)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
 			}
-			defer cl.Close()
-			w, err := cl.Watch(dialCtx)
-			if err != nil {
-				return clientError(err)
-			}
-			defer w.Close()
-			return clientError(printEvents(ctx, c, w))
 		},
 	}
+}
+
+// watchOnce follows the agent's events until ctx ends (nil) or the watch
+// fails. Each new watch starts with an event stating the current leader,
+// so a reconnected watch says where things stand.
+func watchOnce(ctx context.Context, c *cli.Context) error {
+	dialCtx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	cl, err := rpc.Dial(dialCtx, c.String("socket"))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	w, err := cl.Watch(dialCtx)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	return printEvents(ctx, c, w)
 }
 
 func printEvents(ctx context.Context, c *cli.Context, w *rpc.Watcher) error {

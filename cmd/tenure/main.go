@@ -1,8 +1,10 @@
 // Command tenure is the tenure agent and its command-line client.
 //
 // `tenure agent` runs the agent; the other commands talk to the local agent
-// over its Unix socket (see docs/PROTOCOL.md). Every flag can also be set by
-// an environment variable TENURE_<FLAG>, e.g. TENURE_SOCKET.
+// over its Unix socket (see docs/PROTOCOL.md). Every agent flag, and
+// --socket everywhere, can also be set by an environment variable
+// TENURE_<FLAG>, e.g. TENURE_SOCKET; flags that shape one invocation
+// (--json, --once, ...) cannot.
 package main
 
 import (
@@ -29,7 +31,7 @@ func fail(code int, format string, args ...any) error {
 }
 
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:    "tenure",
 		Usage:   "leader election for a fleet: gossip, bully election, epochs for fencing",
 		Version: version,
@@ -52,7 +54,12 @@ func newApp() *cli.App {
 		HideVersion:          false,
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main reports errors
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return fail(2, "tenure: %v (see tenure --help)", err)
+		},
 	}
+	strictUsage("tenure", app.Commands)
+	return app
 }
 
 func main() {
