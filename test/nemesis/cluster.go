@@ -47,7 +47,8 @@ type Config struct {
 	Broken []string
 	// Ineligible names nodes started with --eligible=false.
 	Ineligible []string
-	Logger     *slog.Logger
+	// Logger reports the run's progress; nil discards it.
+	Logger *slog.Logger
 }
 
 // Cluster is the store and the nodes of one run. Not safe for concurrent
@@ -69,6 +70,9 @@ type Cluster struct {
 func Start(cfg Config) (_ *Cluster, err error) {
 	if len(cfg.Broken) > 0 && !cfg.Bin.Broken {
 		return nil, errors.New("nemesis: TENURE_BROKEN needs binaries built with -tags tenure_broken")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{cfg: cfg}
 	if c.key, err = newKey(); err != nil {

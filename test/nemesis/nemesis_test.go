@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/netns"
+	"github.com/tenurehq/tenure/internal/testlog"
 )
 
 var (
@@ -99,7 +100,7 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 	if o.ElectionBound == 0 {
 		o.ElectionBound = *boundFlag
 	}
-	o.Logf = t.Logf
+	o.Cluster.Logger = testlog.New(t, "")
 	res, err := Run(o)
 	if res != nil {
 		t.Logf("%s", res.Summary(o))

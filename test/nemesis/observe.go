@@ -81,6 +81,23 @@ func (c *Cluster) WaitStable(d time.Duration) (time.Duration, string) {
 	}
 }
 
+// WaitWriting waits up to d until n's `tenure run` has a child (the
+// writer) and n's history grows, so a fault aimed at the leader finds its
+// writer at work. It reports whether it saw that.
+func (c *Cluster) WaitWriting(n *Node, d time.Duration) bool {
+	from := fileSize(c.history(n))
+	deadline := time.Now().Add(d)
+	for {
+		if len(children(n.run.Pid())) > 0 && fileSize(c.history(n)) > from {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Crashed lists the processes that exited though the harness did not stop
 // them: agents, supervisors, the store.
 func (c *Cluster) Crashed() []string {

@@ -30,8 +30,6 @@ type RunOptions struct {
 	// ElectionBound is check.Options.ElectionBound: after each heal a
 	// node must hold a lease within TTL+ElectionBound.
 	ElectionBound time.Duration
-	// Logf reports progress (t.Logf).
-	Logf func(format string, args ...any)
 }
 
 // Result is what a run did and what the checker said of it.
@@ -93,7 +91,8 @@ func run(o RunOptions, res *Result) (err error) {
 		}
 	}()
 	res.Boot, res.BootUnstable = c.WaitStable(BootWait)
-	o.Logf("boot: %s", agreement(res.Boot, res.BootUnstable))
+	log := c.cfg.Logger
+	log.Info("boot: " + agreement(res.Boot, res.BootUnstable))
 	bound := o.Cluster.TTL + o.ElectionBound
 	lastHeal := time.Now()
 	for i, s := range o.Plan {
@@ -107,7 +106,7 @@ func run(o RunOptions, res *Result) (err error) {
 		lastHeal = time.Now()
 		r := StepResult{Step: s, What: what}
 		r.Stable, r.Unstable = c.WaitStable(bound + stableSlack)
-		o.Logf("step %d: %s (%s); %s", i+1, s, what, r.agreement())
+		log.Info(fmt.Sprintf("step %d: %s (%s); %s", i+1, s, what, r.agreement()))
 		res.Steps = append(res.Steps, r)
 		time.Sleep(2 * o.Cluster.TTL) // settle: renewals, a preemption by a returning higher node
 	}

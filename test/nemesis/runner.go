@@ -21,6 +21,9 @@ type StepResult struct {
 	Unstable string
 }
 
+// writerWait bounds the wait for the leader's writer before a step.
+const writerWait = 5 * time.Second
+
 // RunStep applies s to the cluster, holds it, undoes it and records the
 // heal; it returns what it did. Faults aimed at the leader hit a random
 // running node when none is known.
@@ -30,6 +33,8 @@ func (c *Cluster) RunStep(s Step) (string, error) {
 	target := c.Leader()
 	if target == nil {
 		target = c.randomUp(rng)
+	} else if !c.WaitWriting(target, writerWait) {
+		c.cfg.Logger.Warn("the leader's writer is not writing; the step goes on", "leader", target.Name)
 	}
 	if target == nil {
 		return "", fmt.Errorf("nemesis: %s: no agent is running", s.Kind)
