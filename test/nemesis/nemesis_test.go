@@ -128,6 +128,8 @@ func TestSchedules(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
+	var tally Tally
+	defer func() { t.Logf("seeds %d to %d: %s", seed, seed+uint64(*schedulesFlag)-1, &tally) }()
 	for i := range *schedulesFlag {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
@@ -135,6 +137,9 @@ func TestSchedules(t *testing.T) {
 			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d):\n%s",
 				s, s, *stepsFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
+			if res != nil {
+				tally.Add(res)
+			}
 			if res != nil && !res.OK() {
 				t.Errorf("seed %d failed: see the summary above", s)
 			}

@@ -5,7 +5,9 @@ package nemesis
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,6 +95,72 @@ func (r *Result) Summary(o RunOptions) string {
 		b.WriteString(r.Report.String())
 	} else {
 		b.WriteString("not checked: the harness failed before the checker ran\n")
+	}
+	return b.String()
+}
+
+// Tally sums many runs' results: the last lines of a soak.
+type Tally struct {
+	Runs        int
+	FailedSeeds []uint64
+	// Faults counts the steps run, by kind; Unstable those after which the
+	// agents did not agree on a leader within the wait.
+	Faults   map[string]int
+	Unstable map[string]int
+	// Agree is the longest time to agree on a leader after a heal, by kind.
+	Agree map[string]time.Duration
+	// Liveness is every heal's time to a lease, as the checker measured.
+	Liveness []time.Duration
+	Failed   map[string]int // failed verdicts by check name
+}
+
+// Add counts one run.
+func (t *Tally) Add(r *Result) {
+	if t.Faults == nil {
+		t.Faults, t.Unstable, t.Agree, t.Failed = map[string]int{}, map[string]int{}, map[string]time.Duration{}, map[string]int{}
+	}
+	t.Runs++
+	if !r.OK() {
+		t.FailedSeeds = append(t.FailedSeeds, r.Seed)
+	}
+	for _, s := range r.Steps {
+		t.Faults[s.Step.Kind]++
+		t.Agree[s.Step.Kind] = max(t.Agree[s.Step.Kind], s.Stable)
+		if s.Unstable != "" {
+			t.Unstable[s.Step.Kind]++
+		}
+	}
+	if r.Report != nil {
+		t.Liveness = append(t.Liveness, r.Report.Liveness...)
+		for _, v := range r.Report.Verdicts {
+			if !v.OK {
+				t.Failed[v.Name]++
+			}
+		}
+	}
+}
+
+// String is the tally for a reader.
+func (t *Tally) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d runs, %d failed", t.Runs, len(t.FailedSeeds))
+	if len(t.FailedSeeds) > 0 {
+		fmt.Fprintf(&b, " (seeds %v; failed checks %v)", t.FailedSeeds, t.Failed)
+	}
+	b.WriteString("\nfault              steps  no agreement  longest time to agree after the heal\n")
+	for _, k := range slices.Sorted(maps.Keys(t.Faults)) {
+		fmt.Fprintf(&b, "%-18s %5d  %12d  %v\n", k, t.Faults[k], t.Unstable[k], t.Agree[k].Round(time.Millisecond))
+	}
+	if n := len(t.Liveness); n > 0 {
+		l := slices.Sorted(slices.Values(t.Liveness))
+		held := 0
+		for _, d := range l {
+			if d == 0 {
+				held++
+			}
+		}
+		fmt.Fprintf(&b, "liveness: %d heals, a lease held through %d; time to a lease: median %v, 90th %v, max %v\n",
+			n, held, l[n/2].Round(time.Millisecond), l[n*9/10].Round(time.Millisecond), l[n-1].Round(time.Millisecond))
 	}
 	return b.String()
 }
