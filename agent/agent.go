@@ -38,7 +38,8 @@ type Agent struct {
 	peers   *gossip.Transport
 	members *gossip.Membership
 	server  *rpc.Server
-	hooks   *hooks.Runner
+	hooksMu sync.Mutex       // guards hooks, which a reload replaces
+	hooks   *hooks.Runner    // read through hookRunner
 	peerTLS *gossip.KeyedTLS // nil without a cluster key
 
 	// inbox carries work for the driver goroutine, the only one that
@@ -186,6 +187,7 @@ func (a *Agent) startCore() error {
 	ec := a.cfg.electionConfig()
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	cc := coreConfig{
+		Count:        a.counts.add,
 		Self:         a.self(),
 		Eligible:     a.eligible(),
 		Voter:        a.cfg.Voter,
@@ -214,17 +216,66 @@ func (a *Agent) startCore() error {
 }
 
 func (a *Agent) startHooks() error {
-	r, err := hooks.NewRunner(hooks.Config{
-		Hooks:   a.cfg.Hooks,
-		Timeout: a.cfg.HookTimeout,
-		Logger:  a.log,
-		Env:     append(hookEnv(os.Environ()), "TENURE_SOCKET="+a.cfg.SocketPath),
-	})
+	r, err := a.newHookRunner(a.cfg.Hooks)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
 	a.hooks = r
 	return nil
+}
+
+func (a *Agent) newHookRunner(hs []hooks.Hook) (*hooks.Runner, error) {
+	r, err := hooks.NewRunner(hooks.Config{
+		Hooks:   hs,
+		Timeout: a.cfg.HookTimeout,
+		Logger:  a.log,
+		Env:     append(hookEnv(os.Environ()), "TENURE_SOCKET="+a.cfg.SocketPath),
+		Observe: func(o hooks.RunOutcome) {
+			a.counts.add("hook." + o.Outcome)
+			a.counts.addN("hook_ms."+o.Outcome, uint64(o.Duration.Milliseconds()))
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return r, nil
+}
+
+// ReloadHooks replaces the agent's hooks with hs (a SIGHUP of `tenure
+// agent` with a config file): events from now on run the new hooks, while
+// runs already queued on the old ones finish (for at most the hooks'
+// grace of a shutdown, then their process groups are stopped). Invalid
+// hooks are an error and the old ones stay.
+func (a *Agent) ReloadHooks(hs []hooks.Hook) error {
+	if a.ctx.Err() != nil {
+		return fmt.Errorf("agent: reload hooks: %w", errStopped)
+	}
+	r, err := a.newHookRunner(hs)
+	if err != nil {
+		return err
+	}
+	a.hooksMu.Lock()
+	old := a.hooks
+	a.hooks = r
+	a.hooksMu.Unlock()
+	a.stops.Add(1)
+	go func() {
+		defer a.stops.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), hooksGrace)
+		defer cancel()
+		if err := old.Close(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("hooks: closing the hooks replaced by a reload", "err", err)
+		}
+	}()
+	a.log.Info("hooks reloaded", "hooks", len(hs))
+	return nil
+}
+
+// hookRunner is the runner of the current hooks.
+func (a *Agent) hookRunner() *hooks.Runner {
+	a.hooksMu.Lock()
+	defer a.hooksMu.Unlock()
+	return a.hooks
 }
 
 // hookEnv is the agent's environment without its own TENURE_ settings
@@ -434,7 +485,7 @@ func (a *Agent) Halt() {
 const hooksGrace = 10 * time.Second
 
 func (a *Agent) closeHooks(ctx context.Context) error {
-	if err := a.hooks.Close(ctx); err != nil && ctx.Err() == nil {
+	if err := a.hookRunner().Close(ctx); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("agent: hooks: %w", err)
 	}
 	return nil

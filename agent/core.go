@@ -93,6 +93,10 @@ type coreConfig struct {
 	// PromoteAfter is how long a node must be alive before it is promoted
 	// (0: maxTTLFactor lease TTLs).
 	PromoteAfter time.Duration
+	// Count, if set, is told of each lease event by name, for metrics:
+	// "lease.acquired", "lease.acquire_failed", "lease.renewed",
+	// "lease.renew_failed", "lease.expired".
+	Count func(event string)
 }
 
 // epochStore persists the highest epoch seen or used.
@@ -176,6 +180,13 @@ const maxTTLFactor = 3
 
 // maxTTL is the longest TTL this node's voter accepts, and so the longest
 // promise it can ever have given under this configuration.
+// count tells cfg.Count of a lease event.
+func (c *core) count(event string) {
+	if c.cfg.Count != nil {
+		c.cfg.Count(event)
+	}
+}
+
 func (c *core) maxTTL() time.Duration { return maxTTLFactor * c.cfg.Lease.TTL }
 
 // becomeAmnesiac makes this voter forget that it knows its floor: it votes
@@ -255,7 +266,7 @@ func (c *core) tick(now time.Time) {
 
 // resign makes a leader step down; bully.ErrNotLeader otherwise.
 func (c *core) resign(now time.Time) error {
-	err := c.m.Resign(now)
+	err := c.m.ResignWith(now, bully.Handover{Natural: true})
 	c.process(now)
 	return err
 }

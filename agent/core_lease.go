@@ -73,9 +73,11 @@ func (c *core) evaluate(now time.Time) {
 		c.noQuorum = ""
 		c.lease.epoch = rd.Epoch
 		c.extend(rd)
+		c.count("lease.acquired")
 		c.m.Acquired(now, rd.Epoch)
 		c.lease.acting = c.leading() // an unwanted term is released at once
 	case rd.Kind == leasing.Acquire:
+		c.count("lease.acquire_failed")
 		c.acquireFailed(now, rd)
 		c.sendRelease(now, rd.Epoch, rd.Roster)
 		c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
@@ -83,7 +85,9 @@ func (c *core) evaluate(now time.Time) {
 		// A renewal of a term that has ended meanwhile.
 	case won:
 		c.extend(rd)
+		c.count("lease.renewed")
 	default:
+		c.count("lease.renew_failed")
 		c.renewalFailed(now, rd)
 		c.lease.renewAt = now.Add(c.cfg.Lease.RenewInterval() / 4)
 	}
@@ -112,6 +116,7 @@ func (c *core) checkLease(now time.Time) {
 	}
 	if !now.Before(c.lease.deadline) {
 		c.log.Warn("lease expired without renewal: stepping down", "epoch", c.lease.epoch)
+		c.count("lease.expired")
 		epoch := c.lease.epoch
 		c.lease.epoch, c.quorum = 0, leasing.Quorum{}
 		c.m.LeaseLost(now, epoch)

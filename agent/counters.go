@@ -12,12 +12,15 @@ type counters struct {
 	m  map[string]uint64
 }
 
-func (c *counters) add(key string) {
+func (c *counters) add(key string) { c.addN(key, 1) }
+
+// addN adds n to the count of key.
+func (c *counters) addN(key string, n uint64) {
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[string]uint64{}
 	}
-	c.m[key]++
+	c.m[key] += n
 	c.mu.Unlock()
 }
 
@@ -38,9 +41,16 @@ func (c *counters) snapshot() map[string]uint64 {
 // gossip events by type ("gossip.member-join", ...); membership syncs into
 // the core ("sync_members"); gossip tag updates ("set_tags"); driver
 // flushes, each publishing the status and sending what the core queued
-// ("flush"); and the peer transport's connections
-// ("peer.dialed", "peer.accepted", "peer.refused"). The counts are for
-// diagnosis: their names may change between versions.
+// ("flush"); the peer transport's connections ("peer.dialed",
+// "peer.accepted", "peer.refused"); bytes of peer messages
+// ("send_bytes.KIND", "recv_bytes.KIND"); lease rounds and expiries
+// ("lease.acquired", "lease.acquire_failed", "lease.renewed",
+// "lease.renew_failed", "lease.expired"); candidacies and terms led
+// ("election.started", "election.won"); hook runs and their time by
+// outcome ("hook.OUTCOME", "hook_ms.OUTCOME"); and the reports of `tenure
+// run` clients ("run.started", "run.stopped"). Package agent/metrics
+// serves them as Prometheus metrics; the names here may change between
+// versions, the metric names there are kept stable.
 func (a *Agent) Counters() map[string]uint64 {
 	out := a.counts.snapshot()
 	if a.peers != nil {

@@ -29,6 +29,7 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, err
 	}
 	a.counts.add("recv." + env.kind())
+	a.counts.addN("recv_bytes."+env.kind(), uint64(len(req)))
 	if m := env.Bully; m != nil && m.To != a.self() {
 		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
@@ -66,6 +67,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		return
 	}
 	a.counts.add("send." + msg.env.kind())
+	a.counts.addN("send_bytes."+msg.env.kind(), uint64(len(body)))
 	a.sends.Add(1)
 	sent.Add(1)
 	go func() {

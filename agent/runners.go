@@ -145,8 +145,11 @@ func (b backend) WatchRunner(_ context.Context, reg rpc.RunnerRegistration) (rpc
 	a.log.Debug("runner registered", "grace", grace, "peer_pid", reg.Peer.PID)
 	return rpc.RunnerSubscription{
 		Events:  events,
-		Stopped: func(epoch uint64) { a.runners.stopped(r, epoch) },
-		Running: func(epoch uint64, pgid int) error { return a.runners.running(r, epoch, pgid) },
+		Stopped: func(epoch uint64) { a.counts.add("run.stopped"); a.runners.stopped(r, epoch) },
+		Running: func(epoch uint64, pgid int) error {
+			a.counts.add("run.started")
+			return a.runners.running(r, epoch, pgid)
+		},
 		Cancel: func() {
 			cancel()
 			a.runnerLeft(r)

@@ -71,6 +71,12 @@ func (a *Agent) publishStatus(now time.Time) {
 	st, was := snap.status, old.status
 	self := a.self()
 	wasLeader, isLeader := old.state == "leader", snap.state == "leader"
+	if snap.state == "candidate" && old.state != "candidate" {
+		a.counts.add("election.started")
+	}
+	if isLeader && (!wasLeader || st.Term != was.Term) {
+		a.counts.add("election.won")
+	}
 	if wasLeader && !isLeader {
 		a.log.Info("lost leadership", "epoch", was.Term)
 		a.emit(rpc.EventLostLeadership, self.Name, was.Leader, was.Term)
@@ -103,7 +109,7 @@ func (a *Agent) emit(event, node string, leader bully.Node, term uint64) {
 // goroutine, so events keep their order.
 func (a *Agent) publish(ev rpc.Event) {
 	a.events.publish(ev)
-	a.hooks.Dispatch(hooks.FromRPC(ev, a.cfg.Name, a.cfg.ID))
+	a.hookRunner().Dispatch(hooks.FromRPC(ev, a.cfg.Name, a.cfg.ID))
 }
 
 func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {

@@ -59,7 +59,7 @@ func (a *Agent) settleStop(now, deadline time.Time) {
 // otherwise starts waiting for what was.
 func (a *Agent) startStop(now, deadline time.Time, epoch uint64) {
 	runners := a.runners.owing(epoch)
-	hooks := a.hooks.Barrier(leaderHookEvents...)
+	hooks := a.hookRunner().Barrier(leaderHookEvents...)
 	if len(runners) == 0 && hooks == nil {
 		a.core.stopped(now, epoch)
 		return

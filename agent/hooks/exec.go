@@ -6,13 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tenurehq/tenure/internal/procgroup"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/procgroup"
 )
 
 const (
@@ -43,12 +45,51 @@ func (w *worker) run(ev Event) {
 	p, err := w.start(ev, log)
 	if err != nil {
 		log.Error("hooks: cannot start the hook", "err", err)
+		w.observe(ev, OutcomeCannotStart, time.Since(start))
 		return
 	}
 	log.Debug("hooks: run started", "pid", p.cmd.Process.Pid)
 	stopped := p.wait(w.r.cfg.Timeout, w.r.cfg.KillGrace, w.r.abort)
 	p.settle(log)
-	logEnd(log, p, stopped, time.Since(start))
+	took := time.Since(start)
+	logEnd(log, p, stopped, took)
+	w.observe(ev, p.outcome(stopped), took)
+}
+
+// The outcomes of a hook run, as RunOutcome.Outcome names them.
+const (
+	OutcomeOK          = "ok"           // exited 0
+	OutcomeFailed      = "failed"       // exited non-zero or by a signal of its own
+	OutcomeTimeout     = "timeout"      // stopped at the timeout
+	OutcomeAborted     = "aborted"      // killed because the runner closed
+	OutcomeCannotStart = "cannot-start" // the shell could not be started
+)
+
+// RunOutcome is one finished hook run, as Config.Observe is told it.
+type RunOutcome struct {
+	Hook     string // the hook's name
+	Event    string // the event that ran it
+	Outcome  string // one of the Outcome constants
+	Duration time.Duration
+}
+
+func (w *worker) observe(ev Event, outcome string, took time.Duration) {
+	if w.r.cfg.Observe != nil {
+		w.r.cfg.Observe(RunOutcome{Hook: w.hook.Name, Event: ev.Event, Outcome: outcome, Duration: took})
+	}
+}
+
+// outcome classifies a finished run; stopped is wait's answer.
+func (p *proc) outcome(stopped string) string {
+	switch {
+	case strings.HasPrefix(stopped, "timeout"):
+		return OutcomeTimeout
+	case stopped != "":
+		return OutcomeAborted
+	case p.cmd.ProcessState != nil && p.cmd.ProcessState.ExitCode() == 0:
+		return OutcomeOK
+	}
+	return OutcomeFailed
 }
 
 // start starts the hook's command for ev, with its output read into log.

@@ -39,6 +39,10 @@ type Config struct {
 	// Env is the base environment of every run; default os.Environ() when
 	// NewRunner is called.
 	Env []string
+	// Observe, if set, is told the outcome of every run (for metrics). It
+	// is called from the hooks' own goroutines, concurrently for different
+	// hooks, after the run has ended; it must not block.
+	Observe func(RunOutcome)
 	// QueueLimit is how many events may wait per hook; when one more
 	// arrives the oldest waiting event is dropped and logged. Default
 	// DefaultQueueLimit.

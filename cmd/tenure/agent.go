@@ -28,9 +28,11 @@ func env(name string) []string {
 func agentCommand() *cli.Command {
 	d := agent.DefaultConfig()
 	return &cli.Command{
-		Name:  "agent",
-		Usage: "run the tenure agent on this host",
+		Name:   "agent",
+		Usage:  "run the tenure agent on this host",
+		Before: applyConfigFile,
 		Flags: categorize(agentFlagCategories, []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "read settings from the TOML `FILE` (keys are flag names; flags and TENURE_ variables win); SIGHUP re-reads its log-level and hook", EnvVars: env("config")},
 			&cli.StringFlag{Name: "name", Value: d.Name, Usage: "unique node name", EnvVars: env("name")},
 			&cli.Uint64Flag{Name: "id", Usage: "node ID: the highest eligible live ID leads", DefaultText: "a stable hash of the name", EnvVars: env("id")},
 			&cli.StringFlag{Name: "bind", Value: d.BindAddr, Usage: "gossip address `HOST:PORT`", EnvVars: env("bind")},
@@ -66,6 +68,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "journal", Usage: "append a JSON line to `FILE` for every change of this node's own leadership (became leader, lease extended, stopped leading), with wall-clock times: an audit trail", EnvVars: env("journal")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.BoolFlag{Name: "log-json", Usage: "log JSON lines instead of text", EnvVars: env("log-json")},
+			&cli.StringFlag{Name: "http-addr", Usage: "serve Prometheus metrics (/metrics), health checks (/health, /health/leader) and the status JSON (/v1/status) on `HOST:PORT`; unauthenticated and off by default", EnvVars: env("http-addr")},
 			&cli.StringFlag{Name: "debug-addr", Hidden: true, Usage: "serve counters and Go profiles on this loopback `HOST:PORT` (see debug.go)", EnvVars: env("debug-addr")},
 		}),
 		Action: runAgent,
@@ -73,7 +76,7 @@ func agentCommand() *cli.Command {
 }
 
 func runAgent(c *cli.Context) error {
-	cfg, err := agentConfig(c)
+	cfg, level, err := agentConfig(c)
 	if err != nil {
 		return fail(2, "tenure agent: %v", err)
 	}
@@ -88,22 +91,32 @@ func runAgent(c *cli.Context) error {
 		cfg.Logger.Error("tenure agent: cannot start", "err", err)
 		return fail(2, "")
 	}
-	if addr := c.String("debug-addr"); addr != "" {
-		d, err := startDebug(addr, a, cfg.Logger)
-		if err != nil {
-			a.Halt()
-			return fail(2, "tenure agent: %v", err)
+	for flag, start := range map[string]func(string, *agent.Agent, *slog.Logger) (*httpServer, error){
+		"http-addr": startMetrics, "debug-addr": startDebug} {
+		if addr := c.String(flag); addr != "" {
+			s, err := start(addr, a, cfg.Logger)
+			if err != nil {
+				a.Halt()
+				return fail(2, "tenure agent: %v", err)
+			}
+			defer s.close()
 		}
-		defer d.close()
 	}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var sig os.Signal
-	select {
-	case sig = <-sigs:
-	case <-a.Done():
-		return fail(1, "tenure agent: %v", a.Err())
+	for sig == nil {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				sig = s
+				continue
+			}
+			reloadConfig(c, a, level, cfg.Logger)
+		case <-a.Done():
+			return fail(1, "tenure agent: %v", a.Err())
+		}
 	}
 	cfg.Logger.Info("stopping", "signal", sig.String())
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -127,11 +140,12 @@ func socketLimits(c *cli.Context, cfg *agent.Config) {
 	}
 }
 
-func agentConfig(c *cli.Context) (agent.Config, error) {
-	logger, err := newLogger(c.String("log-level"), c.Bool("log-json"))
+func agentConfig(c *cli.Context) (agent.Config, *slog.LevelVar, error) {
+	level, err := logLevel(c.String("log-level"))
 	if err != nil {
-		return agent.Config{}, err
+		return agent.Config{}, nil, err
 	}
+	logger := leveledLogger(level, c.Bool("log-json"))
 	cfg := agent.DefaultConfig()
 	cfg.Name = c.String("name")
 	cfg.ID = c.Uint64("id")
@@ -142,7 +156,7 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.SocketPath = c.String("socket")
 	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
 	if err != nil {
-		return agent.Config{}, fmt.Errorf("--socket-mode %q: want octal permission bits such as 0660", c.String("socket-mode"))
+		return agent.Config{}, nil, fmt.Errorf("--socket-mode %q: want octal permission bits such as 0660", c.String("socket-mode"))
 	}
 	cfg.SocketMode = os.FileMode(mode)
 	cfg.SocketGroup = c.String("socket-group")
@@ -166,24 +180,40 @@ func agentConfig(c *cli.Context) (agent.Config, error) {
 	cfg.KeyringFile = c.String("keyring-file")
 	if k := c.String("encrypt"); k != "" {
 		if cfg.EncryptKey, err = decodeKey(k); err != nil {
-			return agent.Config{}, err
+			return agent.Config{}, nil, err
 		}
 	}
 	cfg.InsecureNoEncryption = c.Bool("insecure-no-encryption")
 	cfg.HookTimeout = c.Duration("hook-timeout")
-	return cfg, cfg.Validate()
+	return cfg, level, cfg.Validate()
 }
 
 func newLogger(level string, asJSON bool) (*slog.Logger, error) {
+	l, err := logLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	return leveledLogger(l, asJSON), nil
+}
+
+// logLevel parses a --log-level value into a level that can change later
+// (a SIGHUP with a config file).
+func logLevel(level string) (*slog.LevelVar, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
+	v := new(slog.LevelVar)
+	v.Set(l)
+	return v, nil
+}
+
+func leveledLogger(l *slog.LevelVar, asJSON bool) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: l}
 	if asJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
 // hookList collects repeated --hook values as written: commas belong to

@@ -4,13 +4,14 @@ import "github.com/urfave/cli/v2"
 
 // agentFlagCategories groups `tenure agent --help` by what a flag is about.
 var agentFlagCategories = map[string][]string{
-	"Identity":              {"name", "id", "zone", "eligible", "voter"},
-	"Network":               {"bind", "peer-bind", "advertise", "join", "max-members", "timing"},
-	"Security":              {"encrypt", "keyring-file", "insecure-no-encryption"},
-	"Election and lease":    {"consistency", "lease-ttl", "max-drift", "preempt", "expect", "voters", "dead-voter-timeout"},
-	"Local socket":          {"socket", "socket-mode", "socket-group", "socket-max-conns", "socket-max-conns-per-peer", "socket-max-ungreeted", "socket-idle-timeout", "socket-hello-timeout", "socket-max-frame"},
-	"Hooks and records":     {"hook", "hook-timeout", "journal", "data-dir"},
-	"Logging and debugging": {"log-level", "log-json", "debug-addr"},
+	"Config file":            {"config"},
+	"Identity":               {"name", "id", "zone", "eligible", "voter"},
+	"Network":                {"bind", "peer-bind", "advertise", "join", "max-members", "timing"},
+	"Security":               {"encrypt", "keyring-file", "insecure-no-encryption"},
+	"Election and lease":     {"consistency", "lease-ttl", "max-drift", "preempt", "expect", "voters", "dead-voter-timeout"},
+	"Local socket":           {"socket", "socket-mode", "socket-group", "socket-max-conns", "socket-max-conns-per-peer", "socket-max-ungreeted", "socket-idle-timeout", "socket-hello-timeout", "socket-max-frame"},
+	"Hooks and records":      {"hook", "hook-timeout", "journal", "data-dir"},
+	"Logging and monitoring": {"log-level", "log-json", "http-addr", "debug-addr"},
 }
 
 // categorize sets each flag's help category from categories (category →
