@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,8 +50,13 @@ func TestReadmeCommands(t *testing.T) {
 	d.env = append(d.env, path)
 	writeScript(t, filepath.Join(work, "promote.sh"),
 		`env | sort >`+work+`/promote.env.tmp && mv `+work+`/promote.env.tmp `+work+`/promote.env; cat >`+work+`/promote.json`+"\n")
+	// The command tenure run runs: its arguments and environment, per
+	// host, and one line per start.
 	writeScript(t, filepath.Join(work, "drain-queue"),
-		`{ echo "ARGS=$*"; env | sort; } >`+work+`/run.env.tmp && mv `+work+`/run.env.tmp `+work+`/run.env; exec sleep 600`+"\n")
+		`{ echo "ARGS=$*"; env | sort; } >`+work+`/run.env.tmp.$$ && mv `+work+`/run.env.tmp.$$ `+work+`/run.env.$TENURE_LEADER
+echo "$TENURE_LEADER $TENURE_EPOCH" >>`+work+`/runs.log
+exec sleep 600
+`)
 
 	// Try it, and Development: make targets, the CI script.
 	d.skip("go run ./cmd/tenure demo", "TestDemoTellsTheFencingStory runs the demo")
@@ -70,7 +78,7 @@ func TestReadmeCommands(t *testing.T) {
 	if k, err := decodeKey(key); err != nil || len(k) != keyBytes {
 		t.Fatalf("KEY=$(tenure keygen) gave %q: %v", key, err)
 	}
-	base := docPorts(t, 6)
+	base := docPorts(t, 9) // gossip and peer ports, then the HTTP ones
 	hostAddrs := []string{
 		"10.0.0.11:7946", fmt.Sprintf("127.0.0.1:%d", base),
 		"10.0.0.12:7946", fmt.Sprintf("127.0.0.1:%d", base+2),
@@ -85,6 +93,7 @@ func TestReadmeCommands(t *testing.T) {
 			"TENURE_SOCKET=" + sock(i),
 			"TENURE_TIMING=local",
 			"TENURE_JOURNAL=" + filepath.Join(work, fmt.Sprintf("web-%d.journal", i)),
+			fmt.Sprintf("TENURE_HTTP_ADDR=127.0.0.1:%d", base+5+i),
 		}
 	}
 	dataDir := func(i int) []string {
@@ -161,6 +170,34 @@ func TestReadmeCommands(t *testing.T) {
 		t.Fatalf("tenure watch --json first line %q: %v", watch.lines()[0], err)
 	}
 
+	// Singleton work: tenure run on every host; web-3's starts the command.
+	var runners []*bgProc
+	for i := 1; i <= 3; i++ {
+		runners = append(runners, d.start(readmeRun, at(i), "/usr/local/bin/drain-queue", filepath.Join(work, "drain-queue")))
+	}
+	var runEnv map[string]string
+	eventually(t, 15*time.Second, "tenure run's command started on web-3", func() string {
+		if _, err := os.Stat(filepath.Join(work, "run.env.web-3")); err != nil {
+			return err.Error()
+		}
+		runEnv = envFile(t, filepath.Join(work, "run.env.web-3"))
+		return ""
+	})
+	if runEnv["ARGS"] != "--workers 4" || runEnv["TENURE_SOCKET"] != sock(3) || runEnv["TENURE_EPOCH"] != epoch {
+		t.Errorf("tenure run's command on web-3 got %v; the leader is web-3, epoch %s", runEnv, epoch)
+	}
+	runVars := varsNamed(docSection(t, "README.md", "It starts the command only while the local agent leads", "added to its environment"))
+	for _, v := range tenureVars(runEnv) {
+		if !slices.Contains(runVars, v) && !slices.Contains(at(3), v+"="+runEnv[v]) {
+			t.Errorf("tenure run's command gets %s=%s, which the README does not list (%v)", v, runEnv[v], runVars)
+		}
+	}
+	for _, v := range runVars {
+		if _, ok := runEnv[v]; !ok {
+			t.Errorf("the README says tenure run's command gets %s; it does not: %v", v, runEnv)
+		}
+	}
+
 	// Moving leadership, in the README's order.
 	notLeading := func(names ...string) func() string {
 		return func() string {
@@ -205,38 +242,21 @@ func TestReadmeCommands(t *testing.T) {
 		t.Errorf("tenure transfer web-2 printed %q", out)
 	}
 	eventually(t, 15*time.Second, "leader web-2 after the transfer", leaderIs("web-2"))
+	eventually(t, 15*time.Second, "tenure run's command started on web-2", func() string {
+		b, _ := os.ReadFile(filepath.Join(work, "runs.log"))
+		out, _, _ := tenure(t, "leader", "--socket", sock(2))
+		if f := strings.Fields(out); len(f) != 5 || !strings.HasSuffix(string(b), "web-2 "+f[4]+"\n") {
+			return fmt.Sprintf("runs.log: %q; leader %q", b, out)
+		}
+		return ""
+	})
+	for _, r := range runners {
+		r.stop(syscall.SIGTERM, 15*time.Second)
+	}
 	if n := len(watch.lines()); n < 4 {
 		t.Errorf("tenure watch --json printed %d lines through four changes of leader: %q", n, watch.lines())
 	}
 	watch.stop(syscall.SIGINT, 5*time.Second)
-
-	// Singleton work: tenure run on the leader (web-2), then the hooks.
-	runner := d.start(readmeRun, at(2), "/usr/local/bin/drain-queue", filepath.Join(work, "drain-queue"))
-	var runEnv map[string]string
-	eventually(t, 15*time.Second, "tenure run's command started", func() string {
-		if _, err := os.Stat(filepath.Join(work, "run.env")); err != nil {
-			return err.Error()
-		}
-		runEnv = envFile(t, filepath.Join(work, "run.env"))
-		return ""
-	})
-	leaderOut, _, _ := tenure(t, "leader", "--socket", sock(2))
-	if runEnv["ARGS"] != "--workers 4" || runEnv["TENURE_LEADER"] != "web-2" || runEnv["TENURE_SOCKET"] != sock(2) ||
-		!strings.HasSuffix(strings.TrimSpace(leaderOut), " epoch "+runEnv["TENURE_EPOCH"]) {
-		t.Errorf("tenure run's command got %v; the leader is %q", runEnv, leaderOut)
-	}
-	runVars := varsNamed(docSection(t, "README.md", "It starts the command only while the local agent leads", "added to its environment"))
-	for _, v := range tenureVars(runEnv) {
-		if !slices.Contains(runVars, v) && !slices.Contains(at(2), v+"="+runEnv[v]) {
-			t.Errorf("tenure run's command gets %s=%s, which the README does not list (%v)", v, runEnv[v], runVars)
-		}
-	}
-	for _, v := range runVars {
-		if _, ok := runEnv[v]; !ok {
-			t.Errorf("the README says tenure run's command gets %s; it does not: %v", v, runEnv)
-		}
-	}
-	runner.stop(syscall.SIGTERM, 10*time.Second)
 
 	promote := envFile(t, filepath.Join(work, "promote.env"))
 	if promote["TENURE_EVENT"] != "became-leader" || promote["TENURE_NODE"] != "web-3" || promote["TENURE_SOCKET"] != sock(3) {
@@ -275,6 +295,12 @@ func TestReadmeCommands(t *testing.T) {
 		t.Errorf("keys list after the rotation: exit %d %q", code, out)
 	}
 
+	httpAddrs := []string{}
+	for i := 1; i <= 3; i++ {
+		httpAddrs = append(httpAddrs, fmt.Sprintf("127.0.0.1:%d", base+5+i))
+	}
+	checkMonitoring(t, httpAddrs, 2, []string{sock(1), sock(2), sock(3)})
+
 	// Stop: a follower first (web-3's member-leave hook runs), then the rest.
 	took := agents[1].stop(syscall.SIGTERM, 20*time.Second)
 	t.Logf("web-1 (a follower) stopped %v after SIGTERM", took)
@@ -290,6 +316,96 @@ func TestReadmeCommands(t *testing.T) {
 		t.Logf("web-%d stopped %v after SIGTERM", i, took)
 	}
 	checkJournals(t, work)
+}
+
+// checkMonitoring compares what the agents serve on --http-addr with the
+// README's Monitoring table: every metric it names is served by one of
+// the agents (a counter appears once it has counted: by now all have),
+// /health answers 200 everywhere, /health/leader 200 on the leader (agent
+// number leader, from 1) and 503 elsewhere, and /v1/status has the keys of
+// `tenure status --json`. Every metric examples/grafana's dashboard queries
+// is served too.
+func checkMonitoring(t *testing.T, addrs []string, leader int, socks []string) {
+	t.Helper()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	served := map[string]bool{}
+	for i, addr := range addrs {
+		code, body := get("http://" + addr + "/metrics")
+		if code != 200 {
+			t.Fatalf("/metrics of agent %d: %d", i+1, code)
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if line != "" && line[0] != '#' {
+				served[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+			}
+		}
+		if code, body := get("http://" + addr + "/health"); code != 200 {
+			t.Errorf("/health of agent %d: %d %s", i+1, code, body)
+		}
+		want := map[bool]int{true: 200, false: 503}[i+1 == leader]
+		if code, body := get("http://" + addr + "/health/leader"); code != want {
+			t.Errorf("/health/leader of agent %d: %d %s, want %d", i+1, code, body, want)
+		}
+		_, body = get("http://" + addr + "/v1/status")
+		out, _, _ := tenure(t, "status", "--json", "--socket", socks[i])
+		var a, b map[string]any
+		if json.Unmarshal([]byte(body), &a) != nil || json.Unmarshal([]byte(out), &b) != nil || strings.Join(slices.Sorted(maps.Keys(a)), ",") != strings.Join(slices.Sorted(maps.Keys(b)), ",") {
+			t.Errorf("/v1/status of agent %d is not the JSON of status --json:\n%s\n%s", i+1, body, out)
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `/metrics` \\|.*$").FindString(string(readme))
+	if row == "" {
+		t.Fatal("README.md has no /metrics row in its Monitoring table: update this test")
+	}
+	var named []string
+	for _, m := range regexp.MustCompile("`(_?[a-z_]+)(?:\\{[^}]*\\})?`").FindAllStringSubmatch(row, -1) {
+		name := m[1]
+		switch {
+		case strings.HasPrefix(name, "tenure_"):
+		case strings.HasPrefix(name, "_") && len(named) > 0: // tenure_quorum_have`/`_need
+			prev := named[len(named)-1]
+			name = prev[:strings.LastIndex(prev, "_")] + name
+		default:
+			continue
+		}
+		named = append(named, name)
+	}
+	if len(named) < 10 {
+		t.Fatalf("found only %v in the README's /metrics row: update this test", named)
+	}
+	for _, name := range named {
+		if !served[name] {
+			t.Errorf("the README names the metric %s; no agent serves it", name)
+		}
+	}
+	dash, err := os.ReadFile("../../examples/grafana/tenure-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`tenure_[a-z_]+`).FindAllString(string(dash), -1) {
+		if !served[name] {
+			t.Errorf("examples/grafana's dashboard queries %s; no agent serves it", name)
+		}
+		if !slices.Contains(named, name) {
+			t.Errorf("examples/grafana's dashboard queries %s, which the README's metrics list lacks", name)
+		}
+	}
 }
 
 // checkStatusJSON compares the keys of `tenure status --json` with the
