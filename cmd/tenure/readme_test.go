@@ -574,3 +574,58 @@ func TestReadmeGoSnippetCompiles(t *testing.T) {
 		t.Errorf("found only %v in the example's comments: update this test", uses)
 	}
 }
+
+// TestDocsNameFlagsThatExist: every --flag README.md and the examples'
+// READMEs mention, in commands or in prose, is a flag of some tenure
+// command, unless it belongs to another program the doc shows (listed
+// here with that program).
+func TestDocsNameFlagsThatExist(t *testing.T) {
+	others := map[string]string{
+		"--workers":     "drain-queue, the README's example command",
+		"--data":        "curl",
+		"--listen":      "fenced-store",
+		"--reuid":       "setpriv",
+		"--regid":       "setpriv",
+		"--init-groups": "setpriv",
+		"--now":         "systemctl",
+		"--offline":     "systemd-analyze",
+	}
+	flags := map[string]bool{"--help": true, "--version": true}
+	var walk func(cmds []*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				for _, n := range f.Names() {
+					flags["--"+n] = true
+				}
+			}
+			walk(c.Subcommands)
+		}
+	}
+	walk(newApp().Commands)
+	docs, err := filepath.Glob("../../examples/*/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, doc := range append(docs, "../../README.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range regexp.MustCompile(`--[a-z][a-z0-9-]*`).FindAllString(string(b), -1) {
+			switch {
+			case flags[f]:
+			case others[f] != "":
+				used[f] = true
+			default:
+				t.Errorf("%s names %s, which no tenure command has", strings.TrimPrefix(doc, "../../"), f)
+			}
+		}
+	}
+	for f, prog := range others {
+		if !used[f] {
+			t.Errorf("no doc names %s (of %s) any more: drop it from this test", f, prog)
+		}
+	}
+}
