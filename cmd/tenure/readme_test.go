@@ -629,3 +629,34 @@ func TestDocsNameFlagsThatExist(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeLayout: every directory the README's layout table names
+// exists, and the table names every example and every package under
+// agent/.
+func TestReadmeLayout(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+/)` \\| (.*) \\|$").FindAllStringSubmatch(string(b), -1) {
+		rows[m[1]] = m[2]
+		if fi, err := os.Stat(filepath.Join("../..", m[1])); err != nil || !fi.IsDir() {
+			t.Errorf("the layout table names %s, which is not a directory", m[1])
+		}
+	}
+	if len(rows) < 5 {
+		t.Fatalf("found only %v in the README's layout table: update this test", rows)
+	}
+	for dir, want := range map[string]string{"examples": "`%s/`", "agent": "`agent/%s`"} {
+		entries, err := os.ReadDir(filepath.Join("../..", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && !strings.Contains(rows[dir+"/"], fmt.Sprintf(want, e.Name())) {
+				t.Errorf("the layout table's %s/ row does not name %s", dir, e.Name())
+			}
+		}
+	}
+}
