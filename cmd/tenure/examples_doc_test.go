@@ -362,6 +362,24 @@ func TestSystemdExampleReadme(t *testing.T) {
 	}
 	d.skip("journalctl -u tenure-agent -f", "needs systemd's journal; the agents' own logs were checked for the lines it names")
 
+	// systemctl reload: the unit's ExecReload, without a config file, logs
+	// and changes nothing.
+	if len(unit["ExecReload"]) != 1 || unit["ExecReload"][0] != "/bin/kill -HUP $MAINPID" {
+		t.Fatalf("ExecReload=%v: update this test", unit["ExecReload"])
+	}
+	if out, err := exec.Command("/bin/kill", "-HUP", strconv.Itoa(agents[0].cmd.Process.Pid)).CombinedOutput(); err != nil {
+		t.Fatalf("ExecReload: %v %s", err, out)
+	}
+	eventually(t, 5*time.Second, "the reload logged", func() string {
+		if agents[0].exited() {
+			t.Fatalf("SIGHUP stopped the agent: %v", agents[0].err)
+		}
+		if !strings.Contains(agents[0].stderr.String(), "SIGHUP ignored") {
+			return "not yet"
+		}
+		return ""
+	})
+
 	at := func(i int) []string { return []string{"TENURE_SOCKET=" + sock(i)} }
 	d.env = append(d.env, pathWithTenure(t, work, nil))
 	if out := d.mustShell("tenure status", at(1)); !strings.Contains(out, "leader:       web-3 (id 30)") {
