@@ -14,6 +14,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -115,6 +116,8 @@ type docRun struct {
 	cmds map[string]docCommand
 	seen map[string]string // command text → "ran" or why not
 	env  []string          // added to every command's environment
+	// timeout bounds each command run to completion; default 30s.
+	timeout time.Duration
 }
 
 // newDocRun reads file (relative to the repository root) and, when the test
@@ -204,7 +207,8 @@ func (d *docRun) shell(text string, env []string, oldnew ...string) (string, str
 // environment and env added.
 func (d *docRun) sh(script string, env []string) (string, string, int) {
 	d.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	limit := cmp.Or(d.timeout, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", script)
 	cmd.Dir = d.root
@@ -219,7 +223,7 @@ func (d *docRun) sh(script string, env []string) (string, string, int) {
 		d.t.Fatalf("sh -c %q: %v", script, err)
 	}
 	if ctx.Err() != nil {
-		d.t.Fatalf("sh -c %q did not finish within 30s; stderr: %s", script, stderr.String())
+		d.t.Fatalf("sh -c %q did not finish within %v; stderr: %s", script, limit, stderr.String())
 	}
 	d.t.Logf("$ %s\n%s%s(exit %d)", script, stdout.String(), stderr.String(), code)
 	return stdout.String(), stderr.String(), code

@@ -156,10 +156,12 @@ func TestSingletonCronReadme(t *testing.T) {
 	tick := filepath.Join(d.root, "examples/singleton-cron/tick.sh")
 
 	base := docPorts(t, 8)
+	d.timeout = 2 * time.Minute // the demo takes about 20s, more on a loaded machine
 	out, errOut, code := d.shell("BASE_PORT=28946 ./examples/singleton-cron/run-demo.sh", nil, "28946", strconv.Itoa(base))
 	if code != 0 {
 		t.Fatalf("run-demo.sh: exit %d\n%s\n%s", code, out, errOut)
 	}
+	d.timeout = 0
 	for _, want := range []string{"== starting 3 agents, and on each: tenure run --grace 500ms -- tick.sh",
 		"== kill -9 the leader's agent", "lines with an older epoch after the new term's first line: 0", "== done; stopping the agents"} {
 		if !strings.Contains(out, want) {
