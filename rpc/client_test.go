@@ -270,7 +270,7 @@ func TestCheckAndForceLeave(t *testing.T) {
 	if err := cl.ForceLeave(ctx, "n9"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("force-leave n9 = %v, want ErrNotFound", err)
 	}
-	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("force-leave \"\" = %v, want ErrBadRequest", err)
+	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("force-leave \"\" = %v, want ErrInvalidArgument", err)
 	}
 }

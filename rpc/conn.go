@@ -89,10 +89,11 @@ func (c *conn) handshake() bool {
 		c.readFailed(err)
 		return false
 	}
-	var h Hello
-	if err := wire.Unmarshal(b, &h); err != nil || h.Version == nil {
+	h, err := parseHello(b)
+	if err != nil {
 		c.srv.warn(c.log, "rpc: first frame is not a hello; closing connection", "err", err, "bytes", len(b))
-		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello: {"version": 1, "client": "..."}`))
+		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello, {"version": 1, "client": "..."}: `+
+			trimSentinel(err.Error(), ErrBadRequest)))
 		return false
 	}
 	if *h.Version != ProtocolVersion {
@@ -120,15 +121,14 @@ func (c *conn) next() bool {
 		c.readFailed(err)
 		return false
 	}
-	var req Request
-	if err := wire.Unmarshal(b, &req); err != nil {
+	req, err := parseRequest(b)
+	if err != nil {
 		c.srv.warn(c.log, "rpc: malformed request; closing connection", "err", err, "bytes", len(b))
-		c.sendError(0, newError(CodeBadRequest, "malformed request: "+err.Error()))
+		c.sendError(0, newError(CodeBadRequest, "malformed request: "+trimSentinel(err.Error(), ErrBadRequest)))
 		return false
 	}
 	if req.Op == OpWatch {
-		c.watch(req)
-		return false
+		return c.watch(req)
 	}
 	return c.answer(req)
 }

@@ -168,8 +168,12 @@ type Event struct {
 // may run concurrently. Each must return promptly once ctx is cancelled:
 // Server.Close cancels it and then waits for every call to return.
 // Errors that wrap one of this package's sentinel errors (ErrNoLeader,
-// ErrNotLeader, ...) reach the client with that error's code; any other
-// error is logged and reported as ErrInternal.
+// ErrNotLeader, ...) reach the client with that error's code, and the
+// server then keeps or closes the connection as that code says
+// (docs/PROTOCOL.md section 8); any other error is logged and reported as
+// ErrInternal. To refuse a request for its values, wrap ErrInvalidArgument
+// (ErrBadRequest would close the client's connection); an ErrNoLeader
+// should say why there is none.
 type Backend interface {
 	// Status describes this node.
 	Status(ctx context.Context) (Status, error)
@@ -185,7 +189,7 @@ type Backend interface {
 	// (resigning if it leads), or eligible again with req.Off.
 	Drain(ctx context.Context, req DrainRequest) error
 	// Transfer hands the leader's term to the named member, through the
-	// leader; errors wrap ErrNoLeader, ErrNotFound or ErrBadRequest.
+	// leader; errors wrap ErrNoLeader, ErrNotFound or ErrInvalidArgument.
 	Transfer(ctx context.Context, name string) error
 	// Watch subscribes to events. The first value(s) sent describe the
 	// current state. The Backend closes the channel to end a subscriber that
@@ -203,7 +207,7 @@ type Backend interface {
 	// its registered process group to be gone) before it lets the lease go.
 	// The server calls the subscription's Stopped and Running from the
 	// connection's reader goroutine, in frame order, never after it has
-	// called Cancel; they must not block. An error wrapping ErrBadRequest
+	// called Cancel; they must not block. An error wrapping ErrInvalidArgument
 	// refuses the registration (a grace the Backend will not accept).
 	WatchRunner(ctx context.Context, reg RunnerRegistration) (RunnerSubscription, error)
 	// Check answers whether epoch is this node's live term.
