@@ -19,7 +19,7 @@ import (
 
 // maxClientFrame caps the frame size a client accepts, whatever the agent
 // announces in its HelloReply.
-const maxClientFrame = 16 << 20
+const maxClientFrame = MaxMaxFrame
 
 // errClientClosed is returned by calls on a closed Client or Watcher.
 var errClientClosed = fmt.Errorf("rpc: client is closed: %w", net.ErrClosed)
