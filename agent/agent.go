@@ -211,6 +211,7 @@ func (a *Agent) startCore() error {
 	}
 	a.core = c
 	a.snap = a.core.snapshot(a.cfg.Clock.Now())
+	a.snap.changed = time.Now() // no leadership known since the start
 	return nil
 }
 

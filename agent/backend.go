@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -17,10 +18,12 @@ type backend struct{ a *Agent }
 
 func (b backend) Status(context.Context) (rpc.Status, error) { return b.a.Status(), nil }
 
+// Leader returns the known leader, or rpc.ErrNoLeader with the reason
+// status gives.
 func (b backend) Leader(context.Context) (rpc.LeaderInfo, error) {
 	st := b.a.Status()
 	if st.Leader == nil {
-		return rpc.LeaderInfo{}, rpc.ErrNoLeader
+		return rpc.LeaderInfo{}, fmt.Errorf("%s: %w", cmp.Or(st.Reason, "no leader is known"), rpc.ErrNoLeader)
 	}
 	return *st.Leader, nil
 }
@@ -46,17 +49,20 @@ func (b backend) Watch(context.Context) (<-chan rpc.Event, func(), error) {
 	return ch, cancel, nil
 }
 
-// currentLeader is a watch's first event: the current leadership.
+// currentLeader is a watch's first event: the current leadership, at the
+// time of the leadership event that made it so (or of the agent's start).
 func (b backend) currentLeader() rpc.Event {
-	st := b.a.Status()
+	st, changed := b.a.statusSince()
 	first := rpc.Event{
-		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Time:   formatTime(changed),
 		Event:  rpc.EventLeaderChanged,
 		Leader: st.Leader,
 		Node:   st.Node,
 	}
 	if st.Leader == nil {
 		first.Event = rpc.EventNoLeader
+	} else {
+		first.Epoch = st.Leader.Epoch
 	}
 	return first
 }

@@ -149,12 +149,20 @@ const (
 
 // Event is one leadership or membership change, as streamed by a watch.
 type Event struct {
-	// Time is when the event happened: RFC 3339 with nanoseconds, UTC.
+	// Time is when the event happened: RFC 3339 with nanoseconds, UTC. A
+	// watch's first event, which reports the current state, carries the
+	// time that state began (see docs/PROTOCOL.md section 6.8).
 	Time string `msgpack:"time" json:"time"`
 	// Event is one of the Event constants.
 	Event string `msgpack:"event" json:"event"`
-	// Leader is the leader after the event, or nil.
+	// Leader is the leader after the event, or nil when none is known: for
+	// lost-leadership, the successor once known, never the node that lost
+	// leadership in its ended term.
 	Leader *LeaderInfo `msgpack:"leader" json:"leader"`
+	// Epoch is the epoch of the term a leadership event is about: the term
+	// that began (leader-changed, became-leader) or ended
+	// (lost-leadership); 0 for no-leader and member events.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
 	// Node is the node the event is about: the member for member events,
 	// the reporting node otherwise.
 	Node string `msgpack:"node" json:"node"`
