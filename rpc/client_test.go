@@ -60,7 +60,7 @@ func TestSentinelErrors(t *testing.T) {
 	if !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("Leader error = %v, want ErrNoLeader", err)
 	}
-	if want := "rpc: no leader: agent: waiting for quorum"; err.Error() != want {
+	if want := "rpc: no leader: no leader elected yet"; err.Error() != want {
 		t.Errorf("Leader error text = %q, want %q", err, want)
 	}
 	var e *Error

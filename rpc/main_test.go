@@ -107,7 +107,7 @@ func (f *fakeBackend) Leader(context.Context) (LeaderInfo, error) {
 	return *f.leader, nil
 }
 
-var errNoQuorum = fmt.Errorf("agent: waiting for quorum: %w", ErrNoLeader)
+var errNoQuorum = fmt.Errorf("no leader elected yet: %w", ErrNoLeader) // a reason the agent gives
 
 func (f *fakeBackend) Members(context.Context) ([]Member, error) {
 	f.mu.Lock()
