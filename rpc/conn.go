@@ -174,14 +174,15 @@ func (c *conn) sendError(seq uint64, e *Error) error {
 	return c.send(Response{Seq: seq, Error: e})
 }
 
-// sendBody encodes v as the body of a response to seq.
-func (c *conn) sendBody(seq uint64, v any, stream bool) error {
+// sendBody encodes v as the body of a response to seq; a v that cannot
+// be encoded is answered with internal.
+func (c *conn) sendBody(seq uint64, v any) error {
 	raw, err := wire.Marshal(v)
 	if err != nil {
 		c.log.Error("rpc: encode response body", "seq", seq, "err", err)
 		return c.send(Response{Seq: seq, Error: newError(CodeInternal, "cannot encode the response")})
 	}
-	return c.send(Response{Seq: seq, Body: raw, Stream: stream})
+	return c.send(Response{Seq: seq, Body: raw})
 }
 
 // send writes resp. A response too large for a frame is replaced by a

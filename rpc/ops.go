@@ -156,7 +156,7 @@ func (c *conn) answer(req Request) bool {
 		}
 		return c.fail(req.Seq, e)
 	}
-	return c.sendBody(req.Seq, body, false) == nil
+	return c.sendBody(req.Seq, body) == nil
 }
 
 // fail sends e for seq; false when the connection must close: the write
