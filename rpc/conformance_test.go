@@ -172,6 +172,9 @@ func TestConformanceHandshake(t *testing.T) {
 			t.Fatalf("reply %v, want too_many_connections", reply)
 		}
 		r.expectClosed()
+		if n := busy.Refused(); n != 1 {
+			t.Fatalf("Refused() = %d after one refusal", n)
+		}
 	})
 	t.Run("timeouts", func(t *testing.T) {
 		fb := newFakeBackend()

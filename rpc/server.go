@@ -143,6 +143,7 @@ type Server struct {
 	ungreeted int         // connections whose handshake has not succeeded
 	nextID    uint64
 	closed    bool
+	refused   uint64 // connections turned away at a limit
 }
 
 // Listen creates the socket at cfg.Path and starts serving in the
@@ -170,6 +171,14 @@ func Listen(cfg ServerConfig) (*Server, error) {
 
 // Path returns the socket path.
 func (s *Server) Path() string { return s.cfg.Path }
+
+// Refused returns how many connections the server has turned away at its
+// limits (MaxConns, MaxConnsPerPeer, MaxUngreeted).
+func (s *Server) Refused() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
+}
 
 // Close stops accepting, ends watches with shutting_down, closes every
 // connection, waits for every goroutine of the server and removes the
@@ -231,6 +240,7 @@ func (s *Server) admit(nc net.Conn) {
 	if why := s.fullLocked(peer); why != "" {
 		s.warn(s.log, "rpc: refusing connections: "+why, "max_conns", s.cfg.MaxConns,
 			"max_conns_per_peer", s.cfg.MaxConnsPerPeer, "max_ungreeted", s.cfg.MaxUngreeted, "peer_pid", peer.PID)
+		s.refused++
 		s.refuseBusy(nc, why)
 		return
 	}
