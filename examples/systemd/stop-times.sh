@@ -113,8 +113,10 @@ for kind in follower leader cluster; do
       ;;
     esac
     # The rest of this round's cluster: stopped without measuring.
-    for pid in ${pids[@]+"${pids[@]}"}; do kill -9 "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    {
+      for pid in ${pids[@]+"${pids[@]}"}; do kill -9 "$pid" || true; done
+      wait || true
+    } 2>/dev/null
     pids=()
   done
 done
