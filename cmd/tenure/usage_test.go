@@ -16,8 +16,9 @@ import (
 )
 
 // TestUsageMistakesGetOneLine: unexpected arguments and unknown flags are
-// refused with exit 2 and one line naming the command and its --help, not
-// the whole help; `tenure agent web-1` no longer starts an agent.
+// refused with exit 2 and one line naming the command and its --help or
+// its usage, not the whole help; `tenure agent web-1` no longer starts an
+// agent, and a flag after a command's argument is told to come first.
 func TestUsageMistakesGetOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"agent", "web-1"},
@@ -25,10 +26,13 @@ func TestUsageMistakesGetOneLine(t *testing.T) {
 		{"keys", "list", "x"},
 		{"status", "--bogus"},
 		{"--bogus"},
+		{"transfer", "web-2", "--socket", "/nonexistent"},
+		{"force-leave"},
 	} {
 		out, errOut, code := tenure(t, args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
-		if code != 2 || len(lines) != 1 || !strings.Contains(errOut, "--help") || out != "" {
+		usage := strings.Contains(errOut, "--help") || strings.Contains(errOut, "[options]")
+		if code != 2 || len(lines) != 1 || !usage || out != "" {
 			t.Errorf("tenure %v: exit %d, stdout %q, stderr %q; want exit 2 and one line on stderr", args, code, out, errOut)
 		}
 	}
