@@ -138,3 +138,15 @@ func TestWatchReconnectFollowsARestartedAgent(t *testing.T) {
 		t.Fatalf("stderr %q does not say the watch reconnects", stderr.String())
 	}
 }
+
+// TestRunRefusedGraceExitsTwo: a --grace longer than the agent's lease TTL
+// is refused by the agent; tenure run says so and exits 2 at once instead
+// of retrying forever as if the agent were unreachable.
+func TestRunRefusedGraceExitsTwo(t *testing.T) {
+	socks := startAgents(t, 1, nil) // lease TTL 2s
+	start := time.Now()
+	_, errOut, code := tenure(t, "run", "--socket", socks[0], "--grace", "5s", "--", "true")
+	if code != 2 || !strings.Contains(errOut, "exceeds the lease TTL") || time.Since(start) > 10*time.Second {
+		t.Fatalf("exit %d after %v, stderr %q; want exit 2 naming the TTL", code, time.Since(start), errOut)
+	}
+}
