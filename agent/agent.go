@@ -152,6 +152,7 @@ func (a *Agent) start() error {
 		MaxUngreeted:     a.cfg.SocketMaxUngreeted,
 		IdleTimeout:      a.cfg.SocketIdleTimeout,
 		HandshakeTimeout: a.cfg.SocketHelloTimeout,
+		MaxFrame:         a.cfg.SocketMaxFrame,
 		Logger:           a.log,
 		AgentVersion:     a.cfg.Version,
 	})
@@ -212,6 +213,7 @@ func (a *Agent) startCore() error {
 	}
 	a.core = c
 	a.snap = a.core.snapshot(a.cfg.Clock.Now())
+	a.snap.changed = time.Now() // no leadership known since the start
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -17,10 +18,12 @@ type backend struct{ a *Agent }
 
 func (b backend) Status(context.Context) (rpc.Status, error) { return b.a.Status(), nil }
 
+// Leader returns the known leader, or rpc.ErrNoLeader with the reason
+// status gives.
 func (b backend) Leader(context.Context) (rpc.LeaderInfo, error) {
 	st := b.a.Status()
 	if st.Leader == nil {
-		return rpc.LeaderInfo{}, rpc.ErrNoLeader
+		return rpc.LeaderInfo{}, fmt.Errorf("%s: %w", cmp.Or(st.Reason, "no leader is known"), rpc.ErrNoLeader)
 	}
 	return *st.Leader, nil
 }
@@ -46,17 +49,20 @@ func (b backend) Watch(context.Context) (<-chan rpc.Event, func(), error) {
 	return ch, cancel, nil
 }
 
-// currentLeader is a watch's first event: the current leadership.
+// currentLeader is a watch's first event: the current leadership, at the
+// time of the leadership event that made it so (or of the agent's start).
 func (b backend) currentLeader() rpc.Event {
-	st := b.a.Status()
+	st, changed := b.a.statusSince()
 	first := rpc.Event{
-		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Time:   formatTime(changed),
 		Event:  rpc.EventLeaderChanged,
 		Leader: st.Leader,
 		Node:   st.Node,
 	}
 	if st.Leader == nil {
 		first.Event = rpc.EventNoLeader
+	} else {
+		first.Epoch = st.Leader.Epoch
 	}
 	return first
 }
@@ -112,7 +118,7 @@ func (a *Agent) Check(epoch uint64) rpc.CheckResult {
 
 // ForceLeave removes the voter name from the roster: this node does it when
 // it leads, else it forwards the request to the leader it knows. Errors wrap
-// rpc.ErrNoLeader, rpc.ErrNotFound or rpc.ErrBadRequest.
+// rpc.ErrNoLeader, rpc.ErrNotFound or rpc.ErrInvalidArgument.
 func (a *Agent) ForceLeave(ctx context.Context, name string) error {
 	var leader bully.Node
 	var err error
@@ -128,7 +134,7 @@ func (a *Agent) ForceLeave(ctx context.Context, name string) error {
 	case errors.Is(err, errForceLeaveUnknown):
 		return fmt.Errorf("%w: %v", rpc.ErrNotFound, err)
 	case errors.Is(err, errForceLeaveSelf):
-		return fmt.Errorf("%w: %v", rpc.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", rpc.ErrInvalidArgument, err)
 	case leader.IsZero() || leader == a.self():
 		return fmt.Errorf("%w: cannot force-leave %q now", rpc.ErrNoLeader, name)
 	}
@@ -171,8 +177,8 @@ func (a *Agent) askLeader(ctx context.Context, leader bully.Node, what string, r
 		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrNotFound, r.Error, leader.Name)
 	case "not_leader":
 		return fmt.Errorf("%w: %s no longer leads; try again", rpc.ErrNoLeader, leader.Name)
-	default:
-		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrBadRequest, r.Error, leader.Name)
+	default: // "self", "not_eligible": the request names a member it may not
+		return fmt.Errorf("%w: %s (as leader %s sees it)", rpc.ErrInvalidArgument, r.Error, leader.Name)
 	}
 }
 
@@ -181,13 +187,20 @@ func (b backend) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo
 }
 
 // Keys runs a cluster key action on every member through gossip's key
-// manager; the peer transport follows the keyring (followKeyring).
+// manager; the peer transport follows the keyring (followKeyring). Errors
+// wrap rpc.ErrInvalidArgument (a key that is not a base64 key of 16, 24 or
+// 32 bytes, or an agent without a cluster key), rpc.ErrShuttingDown, or
+// rpc.ErrInternal when members failed or did not answer (the message names
+// them).
 func (a *Agent) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo, error) {
 	var key []byte
 	if req.Action != rpc.KeysList {
 		k, err := base64.StdEncoding.DecodeString(req.Key)
 		if err != nil {
-			return rpc.KeyringInfo{}, fmt.Errorf("%w: key is not base64: %v", rpc.ErrBadRequest, err)
+			return rpc.KeyringInfo{}, fmt.Errorf("%w: key is not base64: %v", rpc.ErrInvalidArgument, err)
+		}
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return rpc.KeyringInfo{}, fmt.Errorf("%w: the key is %d bytes, want 16, 24 or 32", rpc.ErrInvalidArgument, n)
 		}
 		key = k
 	}
@@ -205,8 +218,15 @@ func (a *Agent) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo,
 	}
 	info := rpc.KeyringInfo{Keys: st.Keys, PrimaryKeys: st.PrimaryKeys, NumNodes: st.NumNodes,
 		NumResp: st.NumResp, NumErr: st.NumErr, Messages: st.Messages}
-	if err != nil {
-		return info, fmt.Errorf("%w: %v", rpc.ErrBadRequest, err)
+	switch {
+	case err == nil:
+		return info, nil
+	case errors.Is(err, gossip.ErrNoKeyring):
+		return info, fmt.Errorf("%w: %v", rpc.ErrInvalidArgument, err)
+	case errors.Is(err, gossip.ErrShutdown):
+		return info, fmt.Errorf("%w: %v", rpc.ErrShuttingDown, err)
+	case ctx.Err() != nil:
+		return info, err
 	}
-	return info, nil
+	return info, fmt.Errorf("%w: %v", rpc.ErrInternal, err)
 }

@@ -92,6 +92,11 @@ type Config struct {
 	// SocketHelloTimeout bounds the wait for a client's hello; 0 means
 	// rpc.DefaultHandshakeTimeout (2 s).
 	SocketHelloTimeout time.Duration
+	// SocketMaxFrame bounds the socket's frame bodies in both directions,
+	// in bytes; 0 means rpc.DefaultMaxFrame (64 KiB). From rpc.MinMaxFrame
+	// (1 KiB) to rpc.MaxMaxFrame (16 MiB): raise it when the member list
+	// of a large cluster no longer fits.
+	SocketMaxFrame int
 	// DataDir holds the epoch and the gossip snapshot. Default: see
 	// DefaultDataDir.
 	DataDir string
@@ -271,6 +276,9 @@ func (c Config) Validate() error {
 	}
 	if c.SocketMaxConns < 0 || c.SocketMaxConnsPerPeer < 0 || c.SocketMaxUngreeted < 0 || c.SocketHelloTimeout < 0 {
 		return errors.New("agent: config: the socket's connection limits and hello timeout may not be negative")
+	}
+	if f := c.SocketMaxFrame; f != 0 && (f < rpc.MinMaxFrame || f > rpc.MaxMaxFrame) {
+		return fmt.Errorf("agent: config: --socket-max-frame %d: want %d to %d bytes", f, rpc.MinMaxFrame, rpc.MaxMaxFrame)
 	}
 	if c.SocketMode&^0o777 != 0 || (c.SocketMode != 0 && c.SocketMode&0o600 != 0o600) {
 		return fmt.Errorf("agent: config: --socket-mode %#o: want permission bits that keep the owner's read and write", c.SocketMode)

@@ -266,7 +266,7 @@ func (c *core) tick(now time.Time) {
 
 // resign makes a leader step down; bully.ErrNotLeader otherwise.
 func (c *core) resign(now time.Time) error {
-	err := c.m.Resign(now)
+	err := c.m.ResignWith(now, bully.Handover{Natural: true})
 	c.process(now)
 	return err
 }

@@ -40,7 +40,7 @@ func transferWindow(cfg coreConfig) time.Duration {
 // resignFor makes a leader step down and stay out of elections for hold
 // (the election's resign hold when zero); bully.ErrNotLeader otherwise.
 func (c *core) resignFor(now time.Time, hold time.Duration) error {
-	err := c.m.ResignWith(now, bully.Handover{Hold: hold})
+	err := c.m.ResignWith(now, bully.Handover{Hold: hold, Natural: true})
 	c.process(now)
 	return err
 }

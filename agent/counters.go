@@ -42,7 +42,8 @@ func (c *counters) snapshot() map[string]uint64 {
 // the core ("sync_members"); gossip tag updates ("set_tags"); driver
 // flushes, each publishing the status and sending what the core queued
 // ("flush"); the peer transport's connections ("peer.dialed",
-// "peer.accepted", "peer.refused"); bytes of peer messages
+// "peer.accepted", "peer.refused"); local socket connections turned
+// away at its limits ("socket.refused"); bytes of peer messages
 // ("send_bytes.KIND", "recv_bytes.KIND"); lease rounds and expiries
 // ("lease.acquired", "lease.acquire_failed", "lease.renewed",
 // "lease.renew_failed", "lease.expired"); candidacies and terms led
@@ -57,6 +58,9 @@ func (a *Agent) Counters() map[string]uint64 {
 		out["peer.dialed"] = a.peers.Dialed()
 		out["peer.accepted"] = a.peers.Accepted()
 		out["peer.refused"] = a.peers.Refused()
+	}
+	if a.server != nil {
+		out["socket.refused"] = a.server.Refused()
 	}
 	return out
 }

@@ -116,7 +116,7 @@ func (a *Agent) publishMember(ev gossip.Event) {
 	st := a.Status()
 	m := a.rpcMember(ev.Member, st.Leader)
 	a.publish(rpc.Event{
-		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Time:   formatTime(time.Now()),
 		Event:  name,
 		Leader: st.Leader,
 		Node:   ev.Member.Name,

@@ -51,7 +51,7 @@ func (a *Agent) leaveRoster(ctx context.Context) {
 			a.log.Info("left the voter roster", "took", time.Since(start).Round(time.Millisecond))
 			return
 		}
-		if errors.Is(err, rpc.ErrBadRequest) {
+		if errors.Is(err, rpc.ErrInvalidArgument) {
 			a.log.Warn("stopping while still a voter: this node still leads (no other node took over), and a leader cannot remove itself", "err", err)
 			return
 		}

@@ -134,7 +134,7 @@ func (b backend) WatchRunner(_ context.Context, reg rpc.RunnerRegistration) (rpc
 	a, grace := b.a, reg.Grace
 	if a.cfg.Consistency == Quorum && grace > a.cfg.LeaseTTL {
 		return rpc.RunnerSubscription{}, fmt.Errorf("agent: a runner's grace of %v exceeds the lease TTL of %v: its command could never run: %w",
-			grace, a.cfg.LeaseTTL, rpc.ErrBadRequest)
+			grace, a.cfg.LeaseTTL, rpc.ErrInvalidArgument)
 	}
 	r := a.runners.add(grace, reg.Peer)
 	events, cancel := a.events.subscribeWith(b.currentLeader, func(ev rpc.Event) {

@@ -19,6 +19,10 @@ type snapshot struct {
 	quorum   leasing.Quorum
 	roster   leasing.Roster
 	members  int
+	// changed is the wall-clock time of the last leadership event (or of
+	// the agent's start): when the leadership this snapshot reports began,
+	// as a watch's first event tells it.
+	changed time.Time
 }
 
 // snapshot captures the core's view at now.
@@ -59,18 +63,24 @@ func (s snapshot) valid(now time.Time, quorum bool) bool {
 }
 
 // publishStatus records the core's view and emits the leadership events its
-// change implies.
+// change implies, all stamped with one time, which the snapshot keeps for
+// the first event of later watches.
 func (a *Agent) publishStatus(now time.Time) {
 	snap := a.core.snapshot(now)
 	a.journal.observe(a.snap, snap) // before anyone can read the new status
+	at := time.Now()
 	a.mu.Lock()
 	old := a.snap
-	snap.members = old.members
+	snap.members, snap.changed = old.members, old.changed
+	wasLeader, isLeader := old.state == "leader", snap.state == "leader"
+	st, was := snap.status, old.status
+	moved := was.Leader != st.Leader || was.Term != st.Term
+	if moved || wasLeader != isLeader {
+		snap.changed = at
+	}
 	a.snap = snap
 	a.mu.Unlock()
-	st, was := snap.status, old.status
 	self := a.self()
-	wasLeader, isLeader := old.state == "leader", snap.state == "leader"
 	if snap.state == "candidate" && old.state != "candidate" {
 		a.counts.add("election.started")
 	}
@@ -79,31 +89,49 @@ func (a *Agent) publishStatus(now time.Time) {
 	}
 	if wasLeader && !isLeader {
 		a.log.Info("lost leadership", "epoch", was.Term)
-		a.emit(rpc.EventLostLeadership, self.Name, was.Leader, was.Term)
+		a.emit(at, rpc.EventLostLeadership, successor(st, self), was.Term)
 	}
-	if was.Leader == st.Leader && was.Term == st.Term {
+	if !moved {
 		return
 	}
 	if st.Leader.IsZero() {
 		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason)
-		a.emit(rpc.EventNoLeader, self.Name, st.Leader, 0)
+		a.emit(at, rpc.EventNoLeader, nil, 0)
 		return
 	}
 	a.log.Info("leader changed", "leader", st.Leader.Name, "epoch", st.Term)
-	a.emit(rpc.EventLeaderChanged, self.Name, st.Leader, st.Term)
+	l := leaderInfo(st.Leader, st.Term)
+	a.emit(at, rpc.EventLeaderChanged, l, st.Term)
 	if isLeader && !wasLeader {
-		a.emit(rpc.EventBecameLeader, self.Name, st.Leader, st.Term)
+		a.emit(at, rpc.EventBecameLeader, l, st.Term)
 	}
 }
 
-func (a *Agent) emit(event, node string, leader bully.Node, term uint64) {
+// successor is the leader after this node lost leadership, as a
+// lost-leadership event names it: the node that leads now, once known; nil
+// while none is, or while the election still names this node in its ended
+// term.
+func successor(st bully.Status, self bully.Node) *rpc.LeaderInfo {
+	if st.Leader == self {
+		return nil
+	}
+	return leaderInfo(st.Leader, st.Term)
+}
+
+// emit publishes a leadership event of this node, at at: leader is the
+// leader after the event, epoch the term it is about.
+func (a *Agent) emit(at time.Time, event string, leader *rpc.LeaderInfo, epoch uint64) {
 	a.publish(rpc.Event{
-		Time:   time.Now().UTC().Format(time.RFC3339Nano),
+		Time:   formatTime(at),
 		Event:  event,
-		Leader: leaderInfo(leader, term),
-		Node:   node,
+		Leader: leader,
+		Epoch:  epoch,
+		Node:   a.cfg.Name,
 	})
 }
+
+// formatTime formats an event's time: RFC 3339 with nanoseconds, UTC.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // publish sends an event to watchers and hooks. It runs on the driver
 // goroutine, so events keep their order.
@@ -123,10 +151,19 @@ func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {
 // Whether this node leads is decided at the moment of the call against the
 // lease deadline, not at the last tick.
 func (a *Agent) Status() rpc.Status {
+	st, _ := a.statusSince()
+	return st
+}
+
+// statusSince is Status, with the wall-clock time from which the
+// leadership it reports holds: the last leadership event's, or the lease
+// deadline's when the lease of a leader ran out since the last tick.
+func (a *Agent) statusSince() (rpc.Status, time.Time) {
 	a.mu.Lock()
 	snap := a.snap
 	a.mu.Unlock()
 	now := a.cfg.Clock.Now()
+	since := snap.changed
 	quorum := a.cfg.Consistency == Quorum
 	st := snap.status
 	out := rpc.Status{
@@ -146,6 +183,7 @@ func (a *Agent) Status() rpc.Status {
 	}
 	if snap.state == "leader" && !out.IsLeader {
 		out.State, out.Leader, out.Reason = "no-quorum", nil, "lease expired; stepping down"
+		since = time.Now().Add(snap.deadline.Sub(now)) // the deadline, on the wall clock
 	}
 	if quorum {
 		out.LeaseTTLMS = a.cfg.LeaseTTL.Milliseconds()
@@ -154,5 +192,5 @@ func (a *Agent) Status() rpc.Status {
 			out.Roster = &rpc.RosterInfo{ClusterID: snap.roster.ClusterID, Version: snap.roster.Version, Voters: snap.roster.Names()}
 		}
 	}
-	return out
+	return out, since
 }

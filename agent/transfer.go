@@ -19,8 +19,8 @@ import (
 // name leads within a few round trips, unless it fails to take the lease
 // within the transfer window, and then the normal election picks the
 // leader. Asked to transfer to the leader itself, it does nothing. Errors
-// wrap rpc.ErrNotFound (no such member, or not alive), rpc.ErrBadRequest
-// (it may not lead) or rpc.ErrNoLeader.
+// wrap rpc.ErrNotFound (no such member, or not alive),
+// rpc.ErrInvalidArgument (it may not lead) or rpc.ErrNoLeader.
 func (a *Agent) Transfer(ctx context.Context, name string) error {
 	if err := a.checkSuccessor(name); err != nil {
 		return err
@@ -39,7 +39,7 @@ func (a *Agent) Transfer(ctx context.Context, name string) error {
 	case errors.Is(err, errTransferUnknown):
 		return fmt.Errorf("%w: %v", rpc.ErrNotFound, err)
 	case errors.Is(err, errTransferIneligible):
-		return fmt.Errorf("%w: %v", rpc.ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", rpc.ErrInvalidArgument, err)
 	case leader.IsZero() || leader == a.self():
 		return fmt.Errorf("%w: cannot transfer to %q now", rpc.ErrNoLeader, name)
 	}
@@ -58,9 +58,9 @@ func (a *Agent) checkSuccessor(name string) error {
 		case m.Status != gossip.StatusAlive:
 			return fmt.Errorf("%w: transfer: member %q is %s, not alive", rpc.ErrNotFound, name, m.Status)
 		case m.Tags[drainedTag] == "1":
-			return fmt.Errorf("%w: transfer: member %q is drained (tenure drain --off on it lifts that)", rpc.ErrBadRequest, name)
+			return fmt.Errorf("%w: transfer: member %q is drained (tenure drain --off on it lifts that)", rpc.ErrInvalidArgument, name)
 		case !m.Eligible:
-			return fmt.Errorf("%w: transfer: member %q runs with --eligible=false and may not lead", rpc.ErrBadRequest, name)
+			return fmt.Errorf("%w: transfer: member %q runs with --eligible=false and may not lead", rpc.ErrInvalidArgument, name)
 		}
 		return nil
 	}

@@ -147,7 +147,7 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 		m.forgetLeader(now)
 	}
 	if handed && m.isSelf(msg.Successor) {
-		m.ho.takeUntil = now.Add(m.cfg.transferWindow())
+		m.ho.takeUntil, m.ho.natural = now.Add(m.cfg.transferWindow()), msg.Natural
 		m.takeOver(now)
 	}
 }

@@ -17,6 +17,12 @@ type Handover struct {
 	// The caller picks a live eligible node; this node itself counts as
 	// none.
 	Successor Node
+	// Natural hands the term to the node the election would pick anyway
+	// (the highest live eligible one after this node, neither holding nor
+	// silent; Successor is then left zero): it takes over at once,
+	// without the election's rounds and rank delays, but its term is not
+	// chosen: a higher node that comes back preempts it as usual.
+	Natural bool
 }
 
 // handover is a Machine's record of terms ended and handed over.
@@ -43,6 +49,9 @@ type handover struct {
 	// does not let a higher node preempt.
 	chosenEpoch uint64
 	chosen      bool
+	// natural: the term this node is taking over was handed to it as the
+	// natural successor, so it will not be chosen.
+	natural bool
 }
 
 // yield records that this node resigned; successor is the node it handed
@@ -84,13 +93,17 @@ func (m *Machine) ResignWith(now time.Time, h Handover) error {
 	if m.isSelf(h.Successor) {
 		h.Successor = Node{}
 	}
+	if h.Natural && h.Successor.IsZero() {
+		h.Successor = m.naturalSuccessor(now)
+	}
 	hold := h.Hold
 	if hold <= 0 {
 		hold, h.Hold = m.cfg.ResignHold, 0
 	}
 	m.holdUntil = now.Add(hold)
 	m.ho.yield(h.Successor)
-	m.endTerm(now, Message{Type: MsgResign, Hold: true, HoldFor: h.Hold, Successor: h.Successor})
+	m.endTerm(now, Message{Type: MsgResign, Hold: true, HoldFor: h.Hold, Successor: h.Successor,
+		Natural: h.Natural && !h.Successor.IsZero()})
 	return nil
 }
 
@@ -114,12 +127,29 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	m.ho.takeUntil, m.ho.chosenEpoch = time.Time{}, 0
 	switch {
 	case m.state == StateLeader:
-		m.endTerm(now, Message{Type: MsgResign, Hold: true})
+		s := m.naturalSuccessor(now)
+		m.endTerm(now, Message{Type: MsgResign, Hold: true, Successor: s, Natural: !s.IsZero()})
 	case m.state.Campaigning():
 		// A lease round in flight that wins is released (Acquired).
 		m.state, m.acquiring = StateFollower, 0
 		m.forgetLeader(now)
 	}
+}
+
+// naturalSuccessor is the node the election picks once this one steps
+// down: the live eligible node of highest rank, other than this one, that
+// is neither holding nor silent; zero when there is none.
+func (m *Machine) naturalSuccessor(now time.Time) Node {
+	var best Node
+	for _, p := range m.live {
+		if m.isSelf(p.Node) || !p.Eligible || m.isHeld(p.Name, now) || m.isSilent(p.Name, now) {
+			continue
+		}
+		if best.IsZero() || best.Less(p.Node) {
+			best = p.Node
+		}
+	}
+	return best
 }
 
 // holdFor is how long the sender of a RESIGN with hold stays out.
@@ -184,7 +214,7 @@ func (m *Machine) takeOver(now time.Time) {
 	if m.state != StateAcquiring {
 		m.win()
 	}
-	if m.state == StateAcquiring {
+	if m.state == StateAcquiring && !m.ho.natural {
 		m.ho.chosenEpoch = m.acquiring
 	}
 }

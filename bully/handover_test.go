@@ -274,3 +274,43 @@ func TestTransferBackToHoldingNode(t *testing.T) {
 		t.Fatalf("n3 leads epoch %d, want > %d", got, second)
 	}
 }
+
+// TestNaturalHandoverSkipsTheElection: a leader resigning with Natural
+// hands its term to the node the election would pick (the highest live
+// eligible one that is not holding: n3, as n4 holds), which takes over
+// without any ELECTION; its term is not chosen, so a restarted node above it
+// preempts it as usual.
+func TestNaturalHandoverSkipsTheElection(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(5)
+	s.run(4 * time.Second)
+	s.agree("n5", names...)
+	cfg := s.nodes["n5"].m.cfg
+	for _, m := range s.nodes {
+		m.m.held["n4"] = s.now.Add(time.Hour) // as if n4 had resigned
+	}
+	if err := s.nodes["n5"].m.ResignWith(s.now, Handover{Natural: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.trace = nil
+	s.flush("n5")
+	s.run(200 * time.Millisecond)
+	handed := s.agree("n3", names...)
+	for _, m := range s.trace {
+		if m.Type == MsgElection {
+			t.Fatalf("%v during a natural hand-over", m)
+		}
+		if m.Type == MsgResign && (m.Successor.Name != "n3" || !m.Natural) {
+			t.Fatalf("%v: want the natural successor n3", m)
+		}
+		if m.Type == MsgCoordinator && m.Chosen {
+			t.Fatalf("%v: a natural hand-over's term is marked chosen", m)
+		}
+	}
+	s.crash("n5")
+	s.start("n5") // forgets it resigned
+	s.run(cfg.StartupDelay + 2*cfg.AnnounceInterval + 3*cfg.Stabilization)
+	if got := s.agree("n5", "n1", "n2", "n3"); got <= handed {
+		t.Fatalf("the restarted n5 did not preempt the natural successor's term %d (now %d)", handed, got)
+	}
+}

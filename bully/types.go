@@ -96,6 +96,11 @@ type Message struct {
 	// Successor, on a MsgResign, names the node the sender hands its term
 	// to (see Handover); zero when the election decides.
 	Successor Node `msgpack:"successor,omitempty"`
+	// Natural, on a MsgResign with a Successor, says the successor is the
+	// node the election would pick anyway (Handover.Natural): it takes
+	// over at once, but its term is not Chosen, so a higher node that
+	// comes back may preempt it as usual.
+	Natural bool `msgpack:"natural,omitempty"`
 	// Chosen marks a MsgCoordinator of a term that was handed to its
 	// leader by name: nodes ranked above it do not claim that term.
 	Chosen bool `msgpack:"chosen,omitempty"`

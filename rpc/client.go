@@ -19,7 +19,7 @@ import (
 
 // maxClientFrame caps the frame size a client accepts, whatever the agent
 // announces in its HelloReply.
-const maxClientFrame = 16 << 20
+const maxClientFrame = MaxMaxFrame
 
 // errClientClosed is returned by calls on a closed Client or Watcher.
 var errClientClosed = fmt.Errorf("rpc: client is closed: %w", net.ErrClosed)
@@ -102,7 +102,7 @@ func (c *Client) Resign(ctx context.Context) error {
 // rounded down to milliseconds).
 func (c *Client) ResignFor(ctx context.Context, hold time.Duration) error {
 	if hold < 0 {
-		return fmt.Errorf("rpc: resign: %w: negative hold %v", ErrBadRequest, hold)
+		return fmt.Errorf("rpc: resign: %w: negative hold %v", ErrInvalidArgument, hold)
 	}
 	return c.callWith(ctx, OpResign, ResignRequest{HoldMS: uint64(hold.Milliseconds())}, nil)
 }
@@ -317,11 +317,13 @@ func (cc *clientConn) roundTrip(ctx context.Context, req Request) (Response, err
 	switch {
 	case err != nil:
 		return resp, err
+	case resp.Error != nil && !keepsOpen(resp.Error.Code):
+		cc.broken = true // the agent closes the connection after this error
+		if resp.Seq == 0 || resp.Seq == req.Seq {
+			return resp, resp.Error
+		}
 	case resp.Seq == req.Seq:
 		return resp, nil
-	case resp.Seq == 0 && resp.Error != nil: // about the connection, which the agent closes
-		cc.broken = true
-		return resp, resp.Error
 	}
 	cc.broken = true
 	return resp, fmt.Errorf("rpc: response seq %d does not match request seq %d", resp.Seq, req.Seq)

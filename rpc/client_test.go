@@ -60,7 +60,7 @@ func TestSentinelErrors(t *testing.T) {
 	if !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("Leader error = %v, want ErrNoLeader", err)
 	}
-	if want := "rpc: no leader: agent: waiting for quorum"; err.Error() != want {
+	if want := "rpc: no leader: no leader elected yet"; err.Error() != want {
 		t.Errorf("Leader error text = %q, want %q", err, want)
 	}
 	var e *Error
@@ -270,7 +270,7 @@ func TestCheckAndForceLeave(t *testing.T) {
 	if err := cl.ForceLeave(ctx, "n9"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("force-leave n9 = %v, want ErrNotFound", err)
 	}
-	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("force-leave \"\" = %v, want ErrBadRequest", err)
+	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("force-leave \"\" = %v, want ErrInvalidArgument", err)
 	}
 }

@@ -89,10 +89,11 @@ func (c *conn) handshake() bool {
 		c.readFailed(err)
 		return false
 	}
-	var h Hello
-	if err := wire.Unmarshal(b, &h); err != nil || h.Version == nil {
+	h, err := parseHello(b)
+	if err != nil {
 		c.srv.warn(c.log, "rpc: first frame is not a hello; closing connection", "err", err, "bytes", len(b))
-		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello: {"version": 1, "client": "..."}`))
+		c.sendError(0, newError(CodeBadRequest, `the first frame must be a hello, {"version": 1, "client": "..."}: `+
+			trimSentinel(err.Error(), ErrBadRequest)))
 		return false
 	}
 	if *h.Version != ProtocolVersion {
@@ -120,15 +121,14 @@ func (c *conn) next() bool {
 		c.readFailed(err)
 		return false
 	}
-	var req Request
-	if err := wire.Unmarshal(b, &req); err != nil {
+	req, err := parseRequest(b)
+	if err != nil {
 		c.srv.warn(c.log, "rpc: malformed request; closing connection", "err", err, "bytes", len(b))
-		c.sendError(0, newError(CodeBadRequest, "malformed request: "+err.Error()))
+		c.sendError(0, newError(CodeBadRequest, "malformed request: "+trimSentinel(err.Error(), ErrBadRequest)))
 		return false
 	}
 	if req.Op == OpWatch {
-		c.watch(req)
-		return false
+		return c.watch(req)
 	}
 	return c.answer(req)
 }
@@ -174,14 +174,15 @@ func (c *conn) sendError(seq uint64, e *Error) error {
 	return c.send(Response{Seq: seq, Error: e})
 }
 
-// sendBody encodes v as the body of a response to seq.
-func (c *conn) sendBody(seq uint64, v any, stream bool) error {
+// sendBody encodes v as the body of a response to seq; a v that cannot
+// be encoded is answered with internal.
+func (c *conn) sendBody(seq uint64, v any) error {
 	raw, err := wire.Marshal(v)
 	if err != nil {
 		c.log.Error("rpc: encode response body", "seq", seq, "err", err)
 		return c.send(Response{Seq: seq, Error: newError(CodeInternal, "cannot encode the response")})
 	}
-	return c.send(Response{Seq: seq, Body: raw, Stream: stream})
+	return c.send(Response{Seq: seq, Body: raw})
 }
 
 // send writes resp. A response too large for a frame is replaced by a

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,4 +118,59 @@ func hexLines(t *testing.T, block string) []byte {
 		}
 	}
 	return out
+}
+
+// TestProtocolDocPythonClient runs the Python client of section 10 of
+// docs/PROTOCOL.md (its class, with a driver in place of its last lines)
+// against a real server: a call, an error that leaves the connection open,
+// a frame over the limit (refused with seq 0, which the client must read
+// as an error, not as a response out of step) and a watch. It needs
+// python3 with msgpack (Debian: python3-msgpack), and is skipped without.
+func TestProtocolDocPythonClient(t *testing.T) {
+	python := pythonWithMsgpack(t)
+	doc, err := os.ReadFile("../docs/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	start := strings.Index(s, "```python\n")
+	end := strings.Index(s, "\nt = Tenure()\n")
+	if start < 0 || end < start {
+		t.Fatal("the Python client of section 10 was not found")
+	}
+	script := s[start+len("```python\n"):end] + `
+import sys
+t = Tenure(sys.argv[1])
+leader = t.call("leader")
+print("leader", leader["node"], leader["epoch"])
+try:
+    t.call("nope")
+except AgentError as e:
+    print("error", e.code)
+print("members", len(t.call("members")))
+try:
+    t.call("transfer", {"name": "x" * 70000})
+except AgentError as e:
+    print("error", e.code)
+for ev in Tenure(sys.argv[1]).watch():
+    print("event", ev["event"], ev["leader"]["node"], ev["leader"]["epoch"])
+    break
+`
+	srv := startServer(t, newFakeBackend(), nil)
+	out, err := exec.Command(python, "-c", script, srv.Path()).CombinedOutput()
+	want := "leader n3 7\nerror unknown_op\nmembers 2\nerror frame_too_large\nevent leader-changed n3 7\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("the doc's Python client: %v\n%s\nwant\n%s", err, out, want)
+	}
+}
+
+// pythonWithMsgpack finds a python3 that imports msgpack, or skips.
+func pythonWithMsgpack(t *testing.T) string {
+	for _, p := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(p, "-c", "import msgpack").Run() == nil {
+			return p
+		}
+	}
+	t.Skip("no python3 with msgpack (Debian: python3-msgpack)")
+	return ""
 }

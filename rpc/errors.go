@@ -6,20 +6,38 @@ import (
 )
 
 // Error codes, as carried in Error.Code. They are stable: clients match on
-// them, so a code is never renamed or reused.
+// them, so a code is never renamed or reused. Each has one meaning and one
+// effect on the connection (docs/PROTOCOL.md section 8): after the codes
+// of the first group the server goes on serving the connection; after
+// those of the second it closes it.
 const (
-	CodeNoLeader           = "no_leader"
-	CodeNotLeader          = "not_leader"
-	CodeUnknownOp          = "unknown_op"
+	// Errors of one request; the connection stays open.
+	CodeNoLeader        = "no_leader"
+	CodeNotLeader       = "not_leader"
+	CodeUnknownOp       = "unknown_op"
+	CodeInvalidArgument = "invalid_argument"
+	CodeNotFound        = "not_found"
+	CodeInternal        = "internal"
+
+	// Errors after which the server closes the connection.
 	CodeBadRequest         = "bad_request"
 	CodeFrameTooLarge      = "frame_too_large"
 	CodeUnsupportedVersion = "unsupported_version"
-	CodeShuttingDown       = "shutting_down"
-	CodeInternal           = "internal"
 	CodeBusy               = "too_many_connections"
-	CodeNotFound           = "not_found"
+	CodeShuttingDown       = "shutting_down"
 	CodeTooSlow            = "too_slow"
 )
+
+// keepsOpen reports whether the server goes on serving a connection after
+// an error with code. For a code this package does not know it says false:
+// a client should not count on a connection that may be closing.
+func keepsOpen(code string) bool {
+	switch code {
+	case CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeInvalidArgument, CodeNotFound, CodeInternal:
+		return true
+	}
+	return false
+}
 
 // Sentinel errors. Errors returned by the Client wrap one of them when the
 // agent reported the matching code, so callers test with errors.Is. A Backend
@@ -32,15 +50,28 @@ var (
 	// ErrUnknownOp: the agent does not know the requested op (it may be
 	// older than the client). The connection stays usable.
 	ErrUnknownOp = errors.New("rpc: unknown op")
-	// ErrBadRequest: the agent could not make sense of a frame.
+	// ErrInvalidArgument: the request was well-formed, but the agent
+	// refuses it as asked: a value out of range or not allowed (an empty
+	// name, a hold over the limit, a member that may not lead), or an
+	// action its configuration does not allow. The connection stays
+	// usable.
+	ErrInvalidArgument = errors.New("rpc: invalid argument")
+	// ErrBadRequest: a frame broke the protocol: it is not the msgpack map
+	// of the documented keys and types the protocol wants where it was
+	// sent, or it was sent where no frame is allowed. The agent closes the
+	// connection.
 	ErrBadRequest = errors.New("rpc: bad request")
-	// ErrFrameTooLarge: a frame exceeded the size limit.
+	// ErrFrameTooLarge: a frame, in either direction, would exceed the
+	// connection's frame limit (max_frame). The agent closes the
+	// connection.
 	ErrFrameTooLarge = errors.New("rpc: frame too large")
 	// ErrUnsupportedVersion: the two sides speak no common protocol version.
 	ErrUnsupportedVersion = errors.New("rpc: unsupported protocol version")
 	// ErrShuttingDown: the agent is stopping.
 	ErrShuttingDown = errors.New("rpc: agent shutting down")
-	// ErrInternal: the agent failed; its log says why.
+	// ErrInternal: the agent could not carry out a valid request: it
+	// failed itself (its log says why), or, for keys, some members failed
+	// (the message names them).
 	ErrInternal = errors.New("rpc: internal agent error")
 	// ErrBusy: the agent serves too many connections already.
 	ErrBusy = errors.New("rpc: too many connections")
@@ -56,7 +87,7 @@ var (
 // knownCodes lists every code that maps to a sentinel, in the order the
 // server tries them when it maps a Backend error to a code.
 func knownCodes() []string {
-	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeBadRequest,
+	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeInvalidArgument, CodeBadRequest,
 		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound, CodeTooSlow}
 }
 
@@ -69,6 +100,8 @@ func sentinel(code string) error {
 		return ErrNotLeader
 	case CodeUnknownOp:
 		return ErrUnknownOp
+	case CodeInvalidArgument:
+		return ErrInvalidArgument
 	case CodeBadRequest:
 		return ErrBadRequest
 	case CodeFrameTooLarge:
@@ -120,8 +153,18 @@ func newError(code, msg string) *Error { return &Error{Code: code, Message: msg}
 
 // wireError converts a Backend error to its wire form. ok is false when err
 // wraps no sentinel: an internal error, whose text the caller logs but does
-// not send.
-func wireError(err error) (e *Error, ok bool) {
+// not send. A no_leader error always carries a reason.
+func wireError(err error) (*Error, bool) {
+	e, ok := codeOf(err)
+	if ok && e.Code == CodeNoLeader && e.Message == "" {
+		e.Message = "no leader is known"
+	}
+	return e, ok
+}
+
+// codeOf finds the code err carries: an *Error's, or its sentinel's.
+func codeOf(err error) (*Error, bool) {
+	var e *Error
 	if errors.As(err, &e) && sentinel(e.Code) != nil {
 		return newError(e.Code, e.Message), true
 	}
@@ -133,14 +176,14 @@ func wireError(err error) (e *Error, ok bool) {
 	return nil, false
 }
 
-// trimSentinel drops the sentinel's text from the end or the start of msg,
-// since the client adds it back: "agent: no quorum: rpc: no leader" travels
-// as "agent: no quorum", and "rpc: not found: no member named x" as "no
-// member named x".
+// trimSentinel drops a leading or trailing sentinel text from msg, since
+// the client adds it back: "agent: no quorum: rpc: no leader" travels as
+// "agent: no quorum", and "rpc: bad request: seq must be at least 1" as
+// "seq must be at least 1".
 func trimSentinel(msg string, s error) string {
 	if msg == s.Error() {
 		return ""
 	}
-	msg = strings.TrimSuffix(msg, ": "+s.Error())
-	return strings.TrimPrefix(msg, s.Error()+": ")
+	msg = strings.TrimPrefix(msg, s.Error()+": ")
+	return strings.TrimSuffix(msg, ": "+s.Error())
 }

@@ -24,10 +24,10 @@ func TestResignHoldDrainTransfer(t *testing.T) {
 	if err := c.Resign(ctx); err != nil || hold() != 0 {
 		t.Fatalf("Resign: %v, hold %d ms; want the agent's default (0)", err, hold())
 	}
-	if err := c.ResignFor(ctx, MaxResignHold+time.Millisecond); !errors.Is(err, ErrBadRequest) {
+	if err := c.ResignFor(ctx, MaxResignHold+time.Millisecond); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a hold over MaxResignHold: %v", err)
 	}
-	if err := c.ResignFor(ctx, -time.Second); !errors.Is(err, ErrBadRequest) {
+	if err := c.ResignFor(ctx, -time.Second); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a negative hold: %v", err)
 	}
 	for _, on := range []bool{true, false} {
@@ -44,29 +44,36 @@ func TestResignHoldDrainTransfer(t *testing.T) {
 	if err := c.Transfer(ctx, "n9"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Transfer(n9): %v, want not_found", err)
 	}
-	if err := c.Transfer(ctx, ""); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("Transfer(\"\"): %v, want bad_request", err)
+	if err := c.Transfer(ctx, ""); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Transfer(\"\"): %v, want invalid_argument", err)
 	}
 }
 
 // TestDrainAndTransferNeedBodies: drain and transfer without a body, or
-// with one of the wrong shape, are bad requests and leave the connection
-// open; resign with a nil body is a plain resign.
+// with one of the wrong shape, are bad requests, answered with their seq,
+// and the connection closes; a hold too long is an invalid argument that
+// leaves it open; resign with a nil body is a plain resign.
 func TestDrainAndTransferNeedBodies(t *testing.T) {
 	srv := startServer(t, newFakeBackend(), nil)
-	r := dialRaw(t, srv.Path())
-	r.hello()
 	for i, req := range []map[string]any{
 		{"seq": 1, "op": OpDrain},
 		{"seq": 2, "op": OpTransfer},
 		{"seq": 3, "op": OpTransfer, "body": map[string]any{"name": 7}},
 		{"seq": 4, "op": OpResign, "body": "now"},
-		{"seq": 5, "op": OpResign, "body": map[string]any{"hold_ms": uint64(1) << 63}},
 	} {
+		r := dialRaw(t, srv.Path())
+		r.hello()
 		r.send(req)
 		if resp := r.expectError(CodeBadRequest); resp.Seq != uint64(i+1) {
 			t.Fatalf("request %d answered with seq %d", i+1, resp.Seq)
 		}
+		r.expectClosed()
+	}
+	r := dialRaw(t, srv.Path())
+	r.hello()
+	r.send(map[string]any{"seq": 5, "op": OpResign, "body": map[string]any{"hold_ms": uint64(1) << 63}})
+	if resp := r.expectError(CodeInvalidArgument); resp.Seq != 5 {
+		t.Fatalf("hold too long answered with seq %d", resp.Seq)
 	}
 	r.send(map[string]any{"seq": 6, "op": OpResign, "body": nil})
 	var resp Response

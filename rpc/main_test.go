@@ -107,7 +107,7 @@ func (f *fakeBackend) Leader(context.Context) (LeaderInfo, error) {
 	return *f.leader, nil
 }
 
-var errNoQuorum = fmt.Errorf("agent: waiting for quorum: %w", ErrNoLeader)
+var errNoQuorum = fmt.Errorf("no leader elected yet: %w", ErrNoLeader) // a reason the agent gives
 
 func (f *fakeBackend) Members(context.Context) ([]Member, error) {
 	f.mu.Lock()
@@ -184,7 +184,7 @@ func (f *fakeBackend) WatchRunner(ctx context.Context, reg RunnerRegistration) (
 	limit := f.maxGrace
 	f.mu.Unlock()
 	if limit > 0 && reg.Grace > limit {
-		return RunnerSubscription{}, fmt.Errorf("fake: grace %v over %v: %w", reg.Grace, limit, ErrBadRequest)
+		return RunnerSubscription{}, fmt.Errorf("fake: grace %v over %v: %w", reg.Grace, limit, ErrInvalidArgument)
 	}
 	events, cancel, _ := f.Watch(ctx)
 	r := &fakeRunner{grace: reg.Grace, peer: reg.Peer, stopped: make(chan uint64, 64), running: make(chan [2]uint64, 64)}

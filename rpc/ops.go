@@ -4,17 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// unaryHandler answers one request-response op. body is the request's body,
-// already checked to be well-formed msgpack (nil when absent); decode it
-// with wire.Unmarshal and wrap a failure with ErrBadRequest. The result is
-// encoded as the response body.
+// unaryHandler answers one request-response op. body is the request's body
+// as msgpack (nil when absent); decode it with decodeBody or decodeOptional,
+// which refuse a body of the wrong shape or types with ErrBadRequest (the
+// connection closes); refuse values the op does not allow with
+// ErrInvalidArgument (the connection stays open). The result is encoded as
+// the response body.
 type unaryHandler func(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error)
 
 // unary returns the handler for a request-response op, or nil. To add an op:
@@ -46,14 +48,15 @@ func unary(op string) unaryHandler {
 	return nil
 }
 
-// opStopped refuses a stopped or running frame outside a runner's watch.
+// opStopped refuses a stopped or running frame outside a runner's watch:
+// a frame where the protocol allows none.
 func opStopped(context.Context, Backend, msgpack.RawMessage) (any, error) {
 	return nil, fmt.Errorf("%w: stopped and running are sent only on a runner's watching connection", ErrBadRequest)
 }
 
 func opCheck(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req CheckRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, req.fields()); err != nil {
 		return nil, err
 	}
 	return b.Check(ctx, req.Epoch)
@@ -61,41 +64,30 @@ func opCheck(ctx context.Context, b Backend, body msgpack.RawMessage) (any, erro
 
 func opForceLeave(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req ForceLeaveRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, req.fields()); err != nil {
 		return nil, err
 	}
 	if req.Name == "" {
-		return nil, fmt.Errorf("%w: force-leave needs a node name", ErrBadRequest)
+		return nil, fmt.Errorf("%w: force-leave needs a node name", ErrInvalidArgument)
 	}
 	return nil, b.ForceLeave(ctx, req.Name)
 }
 
 func opKeys(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req KeysRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, req.fields()); err != nil {
 		return nil, err
 	}
 	switch req.Action {
 	case KeysList:
 	case KeysInstall, KeysUse, KeysRemove:
 		if req.Key == "" {
-			return nil, fmt.Errorf("%w: keys %s needs a key", ErrBadRequest, req.Action)
+			return nil, fmt.Errorf("%w: keys %s needs a key", ErrInvalidArgument, req.Action)
 		}
 	default:
-		return nil, fmt.Errorf("%w: unknown keys action %q (list, install, use, remove)", ErrBadRequest, req.Action)
+		return nil, fmt.Errorf("%w: unknown keys action %q (list, install, use, remove)", ErrInvalidArgument, clip(req.Action))
 	}
 	return b.Keys(ctx, req)
-}
-
-// decodeBody decodes a request body, which the op requires.
-func decodeBody(body msgpack.RawMessage, v any) error {
-	if len(body) == 0 {
-		return fmt.Errorf("%w: missing request body", ErrBadRequest)
-	}
-	if err := wire.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	return nil
 }
 
 func opStatus(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error) {
@@ -116,25 +108,18 @@ func opMembers(ctx context.Context, b Backend, _ msgpack.RawMessage) (any, error
 
 func opResign(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req ResignRequest
-	if !isNil(body) {
-		if err := decodeBody(body, &req); err != nil {
-			return nil, err
-		}
+	if err := decodeOptional(body, req.fields()); err != nil {
+		return nil, err
 	}
 	if req.HoldMS > uint64(MaxResignHold/time.Millisecond) {
-		return nil, fmt.Errorf("%w: resign hold of %d ms exceeds %v", ErrBadRequest, req.HoldMS, MaxResignHold)
+		return nil, fmt.Errorf("%w: resign hold of %d ms exceeds %v", ErrInvalidArgument, req.HoldMS, MaxResignHold)
 	}
 	return nil, b.Resign(ctx, req)
 }
 
-// isNil reports whether an optional body is absent or msgpack nil.
-func isNil(body msgpack.RawMessage) bool {
-	return len(body) == 0 || (len(body) == 1 && body[0] == msgpcode.Nil)
-}
-
 func opDrain(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req DrainRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, req.fields()); err != nil {
 		return nil, err
 	}
 	return nil, b.Drain(ctx, req)
@@ -142,33 +127,42 @@ func opDrain(ctx context.Context, b Backend, body msgpack.RawMessage) (any, erro
 
 func opTransfer(ctx context.Context, b Backend, body msgpack.RawMessage) (any, error) {
 	var req TransferRequest
-	if err := decodeBody(body, &req); err != nil {
+	if err := decodeBody(body, req.fields()); err != nil {
 		return nil, err
 	}
 	if req.Name == "" {
-		return nil, fmt.Errorf("%w: transfer needs a node name", ErrBadRequest)
+		return nil, fmt.Errorf("%w: transfer needs a node name", ErrInvalidArgument)
 	}
 	return nil, b.Transfer(ctx, req.Name)
 }
 
 // answer runs a request-response op and writes its response; false ends
-// the connection.
+// the connection: after a write that failed, and after an error whose code
+// closes it (keepsOpen), such as frame_too_large for a response that does
+// not fit.
 func (c *conn) answer(req Request) bool {
 	h := unary(req.Op)
 	if h == nil {
 		c.srv.warn(c.log, "rpc: unknown op", "op", clip(req.Op), "seq", req.Seq)
-		err := c.sendError(req.Seq, newError(CodeUnknownOp, fmt.Sprintf("unknown op %q", clip(req.Op))))
-		return err == nil
+		return c.fail(req.Seq, newError(CodeUnknownOp, fmt.Sprintf("unknown op %q", clip(req.Op))))
 	}
 	ctx, cancel := context.WithCancel(c.srv.ctx)
 	defer cancel()
 	body, err := h(ctx, c.srv.cfg.Backend, req.Body)
 	if err != nil {
-		err = c.sendError(req.Seq, c.backendError(req.Op, err))
-	} else {
-		err = c.sendBody(req.Seq, body, false)
+		e := c.backendError(req.Op, err)
+		if e.Code == CodeBadRequest {
+			c.srv.warn(c.log, "rpc: bad request; closing connection", "op", clip(req.Op), "seq", req.Seq, "err", e.Message)
+		}
+		return c.fail(req.Seq, e)
 	}
-	return err == nil || errors.Is(err, errTooLarge)
+	return c.sendBody(req.Seq, body) == nil
+}
+
+// fail sends e for seq; false when the connection must close: the write
+// failed, or e's code closes it.
+func (c *conn) fail(seq uint64, e *Error) bool {
+	return c.sendError(seq, e) == nil && keepsOpen(e.Code)
 }
 
 // backendError converts an error from the Backend for the wire; errors that
@@ -185,15 +179,16 @@ func (c *conn) backendError(op string, err error) *Error {
 }
 
 // watch streams events for the request until the client leaves, the
-// subscription ends or the server closes. It owns the rest of the
-// connection's life: the connection accepts no other request (a runner's
-// stopped frames aside, see runner.go).
-func (c *conn) watch(req Request) {
+// subscription ends or the server closes. Once the stream has started it
+// owns the rest of the connection's life: the connection accepts no other
+// request (a runner's stopped and running frames aside, see runner.go),
+// and watch returns false. A watch refused before it started is answered
+// like any request: watch returns whether the connection stays open.
+func (c *conn) watch(req Request) bool {
 	c.armRead(0) // watches are exempt from the idle timeout
 	sub, err := c.subscribe(req.Body)
 	if err != nil {
-		c.sendError(req.Seq, c.backendError(OpWatch, err))
-		return
+		return c.fail(req.Seq, c.backendError(OpWatch, err))
 	}
 	defer sub.cancel()
 	c.log.Debug("rpc: watch started", "seq", req.Seq, "runner", sub.stopped != nil)
@@ -205,6 +200,7 @@ func (c *conn) watch(req Request) {
 	_ = c.nc.SetReadDeadline(time.Unix(1, 0))
 	<-reader
 	c.log.Debug("rpc: watch ended", "seq", req.Seq)
+	return false
 }
 
 // stream forwards events as stream frames. It returns the error for the
@@ -222,7 +218,12 @@ func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error
 				c.srv.warn(c.log, "rpc: watcher too slow; its stream was ended")
 				return newError(CodeTooSlow, "this watcher fell too far behind the agent's events; reconnect and read faster")
 			}
-			if err := c.sendBody(seq, ev, true); err != nil {
+			raw, err := wire.Marshal(ev)
+			if err != nil {
+				c.log.Error("rpc: encode event; ending the watch", "seq", seq, "err", err)
+				return nil
+			}
+			if err := c.send(Response{Seq: seq, Body: raw, Stream: true}); err != nil {
 				return nil // cut off, or a frame_too_large final frame was sent
 			}
 		case err := <-peer:
@@ -242,7 +243,13 @@ func (c *conn) peerEnded(err error) *Error {
 	case errors.As(err, &bad):
 		c.srv.warn(c.log, "rpc: runner sent a bad frame; ending its watch", "err", err)
 		return bad
-	case err == nil || errors.Is(err, wire.ErrFrameTooLarge):
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		c.srv.warn(c.log, "rpc: frame too large during a watch; ending it", "err", err)
+		return newError(CodeFrameTooLarge, fmt.Sprintf("frames are limited to %d bytes", c.max))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.srv.warn(c.log, "rpc: truncated frame during a watch; ending it", "err", err)
+		return newError(CodeBadRequest, "truncated frame")
+	case err == nil:
 		c.srv.warn(c.log, "rpc: client sent a frame during a watch; ending it")
 		return newError(CodeBadRequest, "a watching connection accepts no requests; open another connection")
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/tenurehq/tenure/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // A runner is a watching connection that registered with a WatchRequest
@@ -26,8 +25,8 @@ type subscription struct {
 // subscribe starts the subscription a watch request's body asks for: a
 // plain one, or a runner's.
 func (c *conn) subscribe(body msgpack.RawMessage) (subscription, error) {
-	var req WatchRequest
-	if err := decodeOptional(body, &req); err != nil {
+	req, err := parseWatchRequest(body)
+	if err != nil {
 		return subscription{}, err
 	}
 	b := c.srv.cfg.Backend
@@ -54,20 +53,9 @@ func (c *conn) subscribe(body msgpack.RawMessage) (subscription, error) {
 func (r RunnerRequest) grace() (time.Duration, error) {
 	if r.GraceMS == 0 || r.GraceMS > uint64(MaxRunnerGrace/time.Millisecond) {
 		return 0, fmt.Errorf("%w: runner grace_ms must be between 1 and %d, not %d",
-			ErrBadRequest, MaxRunnerGrace/time.Millisecond, r.GraceMS)
+			ErrInvalidArgument, MaxRunnerGrace/time.Millisecond, r.GraceMS)
 	}
 	return time.Duration(r.GraceMS) * time.Millisecond, nil
-}
-
-// decodeOptional decodes a request body that may be absent or nil.
-func decodeOptional(body msgpack.RawMessage, v any) error {
-	if len(body) == 0 || (len(body) == 1 && body[0] == msgpcode.Nil) {
-		return nil
-	}
-	if err := wire.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	return nil
 }
 
 // watchPeer reads from the connection during a watch. A plain watcher must
@@ -128,20 +116,20 @@ func (c *conn) deliver(sub subscription, f runnerFrame) {
 
 // parseRunnerFrame reads a runner's stopped or running frame.
 func parseRunnerFrame(b []byte) (runnerFrame, *Error) {
-	var req Request
-	if err := wire.Unmarshal(b, &req); err != nil {
-		return runnerFrame{}, newError(CodeBadRequest, "malformed frame on a runner's watch: "+err.Error())
+	req, err := parseRequest(b)
+	if err != nil {
+		return runnerFrame{}, newError(CodeBadRequest, "malformed frame on a runner's watch: "+trimSentinel(err.Error(), ErrBadRequest))
 	}
 	switch req.Op {
 	case OpStopped:
 		var body StoppedRequest
-		if err := decodeBody(req.Body, &body); err != nil || body.Epoch == 0 {
+		if err := decodeBody(req.Body, body.fields()); err != nil || body.Epoch == 0 {
 			return runnerFrame{}, newError(CodeBadRequest, `a stopped frame needs the body {"epoch": N} with N at least 1`)
 		}
 		return runnerFrame{op: OpStopped, epoch: body.Epoch}, nil
 	case OpRunning:
 		var body RunningRequest
-		if err := decodeBody(req.Body, &body); err != nil || body.Epoch == 0 || body.PGID <= 1 || body.PGID > maxPGID {
+		if err := decodeBody(req.Body, body.fields()); err != nil || body.Epoch == 0 || body.PGID <= 1 || body.PGID > maxPGID {
 			return runnerFrame{}, newError(CodeBadRequest, `a running frame needs the body {"epoch": N, "pgid": P} with N at least 1 and P above 1`)
 		}
 		return runnerFrame{op: OpRunning, epoch: body.Epoch, pgid: int(body.PGID)}, nil

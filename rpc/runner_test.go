@@ -97,27 +97,41 @@ func TestRunnerWatchEndsOnOtherFrames(t *testing.T) {
 	}
 }
 
-// TestWatchRefusesBadBodies: a watch body that is not a map, or a runner
-// without a sane grace, is refused with bad_request before any event; an
-// empty map or a nil runner is a plain watch.
+// TestWatchRefusesBadBodies: a watch body that is not a map, or whose
+// runner is not a map, is refused with bad_request before any event, and
+// the connection closes; a runner without a sane grace is refused with
+// invalid_argument, and the connection stays open; an empty map or a nil
+// runner is a plain watch.
 func TestWatchRefusesBadBodies(t *testing.T) {
-	for name, body := range map[string]any{
-		"not a map":      7,
-		"runner not map": map[string]any{"runner": "yes"},
-		"grace 0":        WatchRequest{Runner: &RunnerRequest{}},
-		"grace too long": WatchRequest{Runner: &RunnerRequest{GraceMS: uint64(MaxRunnerGrace/time.Millisecond) + 1}},
-		"over backend":   WatchRequest{Runner: &RunnerRequest{GraceMS: 2000}},
+	for name, tc := range map[string]struct {
+		body any
+		code string
+	}{
+		"not a map":      {7, CodeBadRequest},
+		"runner not map": {map[string]any{"runner": "yes"}, CodeBadRequest},
+		"grace 0":        {WatchRequest{Runner: &RunnerRequest{}}, CodeInvalidArgument},
+		"grace too long": {WatchRequest{Runner: &RunnerRequest{GraceMS: uint64(MaxRunnerGrace/time.Millisecond) + 1}}, CodeInvalidArgument},
+		"over backend":   {WatchRequest{Runner: &RunnerRequest{GraceMS: 2000}}, CodeInvalidArgument},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fb := newFakeBackend()
 			fb.maxGrace = time.Second
 			r := dialRaw(t, startServer(t, fb, nil).Path())
 			r.hello()
-			r.send(Request{Seq: 5, Op: OpWatch, Body: runnerBody(t, body)})
-			if resp := r.expectError(CodeBadRequest); resp.Seq != 5 || resp.Stream {
+			r.send(Request{Seq: 5, Op: OpWatch, Body: runnerBody(t, tc.body)})
+			if resp := r.expectError(tc.code); resp.Seq != 5 || resp.Stream {
 				t.Fatalf("refusal = %+v, want seq 5, stream false", resp)
 			}
-			r.expectClosed()
+			if tc.code == CodeBadRequest {
+				r.expectClosed()
+				return
+			}
+			r.send(Request{Seq: 6, Op: OpStatus})
+			var resp Response
+			r.read(&resp)
+			if resp.Seq != 6 || resp.Error != nil {
+				t.Fatalf("status after the refused watch = %+v", resp)
+			}
 		})
 	}
 	for name, body := range map[string]any{"empty map": map[string]any{}, "nil runner": WatchRequest{}} {
@@ -141,7 +155,8 @@ func TestWatchRefusesBadBodies(t *testing.T) {
 }
 
 // TestStoppedOutsideRunnerWatch: a stopped request on an ordinary
-// connection is refused, and the connection stays usable.
+// connection is a frame where the protocol allows none: bad_request with
+// its seq, and the connection closes.
 func TestStoppedOutsideRunnerWatch(t *testing.T) {
 	r := dialRaw(t, startServer(t, newFakeBackend(), nil).Path())
 	r.hello()
@@ -149,12 +164,7 @@ func TestStoppedOutsideRunnerWatch(t *testing.T) {
 	if resp := r.expectError(CodeBadRequest); resp.Seq != 3 {
 		t.Fatalf("refusal seq %d, want 3", resp.Seq)
 	}
-	r.send(Request{Seq: 4, Op: OpStatus})
-	var resp Response
-	r.read(&resp)
-	if resp.Seq != 4 || resp.Error != nil {
-		t.Fatalf("status after the refusal = %+v", resp)
-	}
+	r.expectClosed()
 }
 
 // TestClientRunnerChecks: the client refuses a grace outside the bounds
@@ -169,8 +179,8 @@ func TestClientRunnerChecks(t *testing.T) {
 			t.Errorf("WatchAsRunner(%v) succeeded", g)
 		}
 	}
-	if _, err := c.WatchAsRunner(testCtx(t), 2*time.Second); !errors.Is(err, ErrBadRequest) {
-		t.Errorf("WatchAsRunner over the agent's limit = %v, want ErrBadRequest", err)
+	if _, err := c.WatchAsRunner(testCtx(t), 2*time.Second); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("WatchAsRunner over the agent's limit = %v, want ErrInvalidArgument", err)
 	}
 	w, err := c.Watch(testCtx(t))
 	if err != nil {

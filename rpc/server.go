@@ -34,8 +34,14 @@ const (
 	// of silence means a client that forgot its connection, which should
 	// not hold a slot for ever.
 	DefaultIdleTimeout = 60 * time.Second
-	// minMaxFrame is the smallest MaxFrame accepted: room for a HelloReply.
-	minMaxFrame = 1 << 10
+	// DefaultMaxFrame bounds frame bodies in both directions, in bytes.
+	DefaultMaxFrame = wire.DefaultMaxFrame
+	// MinMaxFrame is the smallest MaxFrame accepted: room for a HelloReply
+	// and any error response.
+	MinMaxFrame = 1 << 10
+	// MaxMaxFrame is the largest MaxFrame accepted: the largest frame the
+	// Go client reads, whatever the server announces.
+	MaxMaxFrame = 16 << 20
 	// busyWriteTimeout bounds the too_many_connections reply, which the
 	// accept loop writes itself.
 	busyWriteTimeout = 100 * time.Millisecond
@@ -52,7 +58,8 @@ type ServerConfig struct {
 	// AgentVersion is reported to clients in the handshake.
 	AgentVersion string
 	// MaxFrame bounds frame bodies in both directions, in bytes; 0 means
-	// wire.DefaultMaxFrame (64 KiB). At least 1 KiB.
+	// DefaultMaxFrame (64 KiB). From MinMaxFrame (1 KiB) to MaxMaxFrame
+	// (16 MiB).
 	MaxFrame int
 	// MaxConns bounds the connections served at once; 0 means
 	// DefaultMaxConns. Over the limit a client gets too_many_connections.
@@ -96,10 +103,10 @@ func (c ServerConfig) withDefaults() (ServerConfig, error) {
 		c.WriteTimeout < 0 || c.HandshakeTimeout < 0 || c.LogInterval < 0 {
 		return c, errors.New("rpc: server config has a negative limit or timeout")
 	}
-	if c.MaxFrame != 0 && c.MaxFrame < minMaxFrame {
-		return c, fmt.Errorf("rpc: server config MaxFrame %d is below %d", c.MaxFrame, minMaxFrame)
+	if c.MaxFrame != 0 && (c.MaxFrame < MinMaxFrame || c.MaxFrame > MaxMaxFrame) {
+		return c, fmt.Errorf("rpc: server config MaxFrame %d is not between %d and %d", c.MaxFrame, MinMaxFrame, MaxMaxFrame)
 	}
-	c.MaxFrame = cmp.Or(c.MaxFrame, wire.DefaultMaxFrame)
+	c.MaxFrame = cmp.Or(c.MaxFrame, DefaultMaxFrame)
 	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
 	c.MaxConnsPerPeer = cmp.Or(c.MaxConnsPerPeer, max(c.MaxConns/4, 1))
 	c.MaxUngreeted = cmp.Or(c.MaxUngreeted, max(c.MaxConns/4, 1))
@@ -136,6 +143,7 @@ type Server struct {
 	ungreeted int         // connections whose handshake has not succeeded
 	nextID    uint64
 	closed    bool
+	refused   uint64 // connections turned away at a limit
 }
 
 // Listen creates the socket at cfg.Path and starts serving in the
@@ -156,13 +164,21 @@ func Listen(cfg ServerConfig) (*Server, error) {
 		warns: newRateLog(cfg.LogInterval), conns: make(map[*conn]struct{}), perPeer: map[int]int{}}
 	s.wg.Add(1)
 	go s.acceptLoop()
-	s.log.Info("rpc: listening", "path", cfg.Path, "max_conns", cfg.MaxConns,
+	s.log.Info("rpc: listening", "path", cfg.Path, "max_frame", cfg.MaxFrame, "max_conns", cfg.MaxConns,
 		"max_conns_per_peer", cfg.MaxConnsPerPeer, "max_ungreeted", cfg.MaxUngreeted, "idle_timeout", cfg.IdleTimeout)
 	return s, nil
 }
 
 // Path returns the socket path.
 func (s *Server) Path() string { return s.cfg.Path }
+
+// Refused returns how many connections the server has turned away at its
+// limits (MaxConns, MaxConnsPerPeer, MaxUngreeted).
+func (s *Server) Refused() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
+}
 
 // Close stops accepting, ends watches with shutting_down, closes every
 // connection, waits for every goroutine of the server and removes the
@@ -224,6 +240,7 @@ func (s *Server) admit(nc net.Conn) {
 	if why := s.fullLocked(peer); why != "" {
 		s.warn(s.log, "rpc: refusing connections: "+why, "max_conns", s.cfg.MaxConns,
 			"max_conns_per_peer", s.cfg.MaxConnsPerPeer, "max_ungreeted", s.cfg.MaxUngreeted, "peer_pid", peer.PID)
+		s.refused++
 		s.refuseBusy(nc, why)
 		return
 	}

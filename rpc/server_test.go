@@ -202,6 +202,7 @@ func TestServerConfigValidation(t *testing.T) {
 		"no path":         {Backend: newFakeBackend()},
 		"no backend":      {Path: dir + "/a.sock"},
 		"tiny frame":      {Path: dir + "/b.sock", Backend: newFakeBackend(), MaxFrame: 10},
+		"huge frame":      {Path: dir + "/e.sock", Backend: newFakeBackend(), MaxFrame: MaxMaxFrame + 1},
 		"negative conns":  {Path: dir + "/c.sock", Backend: newFakeBackend(), MaxConns: -1},
 		"negative writes": {Path: dir + "/d.sock", Backend: newFakeBackend(), WriteTimeout: -time.Second},
 	} {

@@ -149,12 +149,20 @@ const (
 
 // Event is one leadership or membership change, as streamed by a watch.
 type Event struct {
-	// Time is when the event happened: RFC 3339 with nanoseconds, UTC.
+	// Time is when the event happened: RFC 3339 with nanoseconds, UTC. A
+	// watch's first event, which reports the current state, carries the
+	// time that state began (see docs/PROTOCOL.md section 6.8).
 	Time string `msgpack:"time" json:"time"`
 	// Event is one of the Event constants.
 	Event string `msgpack:"event" json:"event"`
-	// Leader is the leader after the event, or nil.
+	// Leader is the leader after the event, or nil when none is known: for
+	// lost-leadership, the successor once known, never the node that lost
+	// leadership in its ended term.
 	Leader *LeaderInfo `msgpack:"leader" json:"leader"`
+	// Epoch is the epoch of the term a leadership event is about: the term
+	// that began (leader-changed, became-leader) or ended
+	// (lost-leadership); 0 for no-leader and member events.
+	Epoch uint64 `msgpack:"epoch" json:"epoch"`
 	// Node is the node the event is about: the member for member events,
 	// the reporting node otherwise.
 	Node string `msgpack:"node" json:"node"`
@@ -168,8 +176,12 @@ type Event struct {
 // may run concurrently. Each must return promptly once ctx is cancelled:
 // Server.Close cancels it and then waits for every call to return.
 // Errors that wrap one of this package's sentinel errors (ErrNoLeader,
-// ErrNotLeader, ...) reach the client with that error's code; any other
-// error is logged and reported as ErrInternal.
+// ErrNotLeader, ...) reach the client with that error's code, and the
+// server then keeps or closes the connection as that code says
+// (docs/PROTOCOL.md section 8); any other error is logged and reported as
+// ErrInternal. To refuse a request for its values, wrap ErrInvalidArgument
+// (ErrBadRequest would close the client's connection); an ErrNoLeader
+// should say why there is none.
 type Backend interface {
 	// Status describes this node.
 	Status(ctx context.Context) (Status, error)
@@ -185,7 +197,7 @@ type Backend interface {
 	// (resigning if it leads), or eligible again with req.Off.
 	Drain(ctx context.Context, req DrainRequest) error
 	// Transfer hands the leader's term to the named member, through the
-	// leader; errors wrap ErrNoLeader, ErrNotFound or ErrBadRequest.
+	// leader; errors wrap ErrNoLeader, ErrNotFound or ErrInvalidArgument.
 	Transfer(ctx context.Context, name string) error
 	// Watch subscribes to events. The first value(s) sent describe the
 	// current state. The Backend closes the channel to end a subscriber that
@@ -203,7 +215,7 @@ type Backend interface {
 	// its registered process group to be gone) before it lets the lease go.
 	// The server calls the subscription's Stopped and Running from the
 	// connection's reader goroutine, in frame order, never after it has
-	// called Cancel; they must not block. An error wrapping ErrBadRequest
+	// called Cancel; they must not block. An error wrapping ErrInvalidArgument
 	// refuses the registration (a grace the Backend will not accept).
 	WatchRunner(ctx context.Context, reg RunnerRegistration) (RunnerSubscription, error)
 	// Check answers whether epoch is this node's live term.

@@ -51,7 +51,7 @@ func (c *Client) Watch(ctx context.Context) (*Watcher, error) {
 // node leads (a leader-changed or became-leader event naming this node),
 // once the stream has said the term ended and its work for the term is
 // gone, whether or not it ran any. The agent refuses a grace it will not
-// wait for (longer than its lease TTL) with an error wrapping ErrBadRequest.
+// wait for (longer than its lease TTL) with an error wrapping ErrInvalidArgument.
 func (c *Client) WatchAsRunner(ctx context.Context, grace time.Duration) (*Watcher, error) {
 	ms := grace.Milliseconds()
 	if ms < 1 || grace > MaxRunnerGrace {

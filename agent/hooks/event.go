@@ -52,9 +52,10 @@ type MemberRef struct {
 }
 
 // FromRPC converts an event as the agent publishes it on its socket into a
-// hook Event for this agent (node, nodeID). Epoch is the epoch of ev.Leader:
-// for lost-leadership, the term that ended; for other events, the current
-// term. A Time that does not parse as RFC 3339 becomes the current time.
+// hook Event for this agent (node, nodeID). Epoch is the epoch of ev.Leader,
+// the current term; for lost-leadership, whose ev.Leader is the successor
+// (or nil), Leader is this node and Epoch the term that ended (ev.Epoch).
+// A Time that does not parse as RFC 3339 becomes the current time.
 func FromRPC(ev rpc.Event, node string, nodeID uint64) Event {
 	t, err := time.Parse(time.RFC3339Nano, ev.Time)
 	if err != nil {
@@ -64,6 +65,10 @@ func FromRPC(ev rpc.Event, node string, nodeID uint64) Event {
 	if l := ev.Leader; l != nil {
 		out.Leader = &LeaderRef{Node: l.Node, ID: l.ID, Epoch: l.Epoch}
 		out.Epoch = l.Epoch
+	}
+	if ev.Event == rpc.EventLostLeadership && ev.Epoch != 0 {
+		out.Leader = &LeaderRef{Node: node, ID: nodeID, Epoch: ev.Epoch}
+		out.Epoch = ev.Epoch
 	}
 	if m := ev.Member; m != nil {
 		out.Member = &MemberRef{Name: m.Name, ID: m.ID, Addr: m.Addr}

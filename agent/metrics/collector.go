@@ -27,6 +27,7 @@ var (
 	descPeerMsgs       = desc("peer_messages_total", "Peer messages by direction (sent, received as requests, replies received) and type.", "direction", "type")
 	descPeerBytes      = desc("peer_bytes_total", "Bytes of peer messages by direction (sent, received) and type.", "direction", "type")
 	descPeerConns      = desc("peer_connections_total", "Peer transport connections: dialed, accepted, refused (at the connection limit).", "kind")
+	descSocketRefused  = desc("socket_connections_refused_total", "Local socket connections turned away at the socket's limits.")
 	descGossip         = desc("gossip_events_total", "Gossip membership events by type.", "type")
 	descHooks          = desc("hook_runs_total", "Hook runs by outcome (ok, failed, timeout, aborted, cannot-start).", "outcome")
 	descHookSeconds    = desc("hook_run_seconds_total", "Time spent in hook runs by outcome; divide by hook_runs_total for the mean.", "outcome")
@@ -41,7 +42,7 @@ type collector struct{ src Source }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descState, descEpoch, descLeaderEpoch, descLeaseRemaining,
 		descQuorumHave, descQuorumNeed, descVoters, descMembers, descLease, descElections, descWon, descPeerMsgs,
-		descPeerBytes, descPeerConns, descGossip, descHooks, descHookSeconds, descRunStarted, descRunStopped} {
+		descPeerBytes, descPeerConns, descSocketRefused, descGossip, descHooks, descHookSeconds, descRunStarted, descRunStopped} {
 		ch <- d
 	}
 }
@@ -115,6 +116,10 @@ func (c collector) counters(counter func(*prometheus.Desc, float64, ...string)) 
 			counter(descPeerBytes, f, "received", sub)
 		case "peer":
 			counter(descPeerConns, f, sub)
+		case "socket":
+			if sub == "refused" {
+				counter(descSocketRefused, f)
+			}
 		case "gossip":
 			counter(descGossip, f, sub)
 		case "hook":

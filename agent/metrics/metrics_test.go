@@ -140,6 +140,9 @@ func TestMetricsAndHealthFollowAFailover(t *testing.T) {
 		}
 		return ""
 	})
+	if v := n3.metric(t, "tenure_socket_connections_refused_total"); v != 0 {
+		t.Fatalf("n3 refused %v socket connections", v)
+	}
 	if v := n3.metric(t, "tenure_terms_led_total"); v != 1 {
 		t.Fatalf("n3 tenure_terms_led_total %v, want 1", v)
 	}

@@ -21,6 +21,10 @@ const (
 	// ExitCannotStart is returned (with Once) when the command cannot be
 	// started at all, like a shell's "command not found".
 	ExitCannotStart = 127
+	// ExitRefused is Run's exit code when the agent refuses to register it
+	// as a runner (its grace is longer than the lease TTL): a configuration
+	// error, as a usage error is for the command line.
+	ExitRefused = 2
 	// exitSignalBase plus the signal number is the exit code of a command
 	// killed by a signal, as shells report it.
 	exitSignalBase = 128

@@ -55,12 +55,12 @@
 // Run learns of a lease only through the agent's status, and a hung agent
 // shows only as a missing renewal. A process that leaves its process group
 // (setsid, or a daemon that forks into a new session) escapes the stop and
-// is not tracked. A SIGKILL to `tenure run` itself stops nothing: run it
-// under a service manager that kills its whole cgroup. Its closed
-// connection then tells the agent it stopped, so the lease may be released
-// while the orphaned command still runs; so may a connection to the agent
-// that fails while a term ends, since Run stops its command only once it
-// sees the failure.
+// is not tracked. A SIGKILL to `tenure run` itself does not orphan the
+// command on Linux: the command gets SIGKILL with its parent (a parent-death
+// signal), and the agent, to which Run registered the command's process
+// group with a `running` frame, stops that group and counts the term
+// stopped only once the group is gone. Elsewhere neither happens: run it
+// under a service manager that kills its whole cgroup.
 //
 // Nor is the command ever the only holder of the epoch: a former leader's
 // command may still be running on another host while this one starts (after

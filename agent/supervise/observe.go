@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,10 +22,11 @@ type observation struct {
 type obsKind int
 
 const (
-	obsStatus obsKind = iota // a status answer
-	obsEvent                 // a watch event
-	obsDown                  // the connection failed; everything before is stale
-	obsWatch                 // a new connection's runner watch; its events follow
+	obsStatus  obsKind = iota // a status answer
+	obsEvent                  // a watch event
+	obsDown                   // the connection failed; everything before is stale
+	obsWatch                  // a new connection's runner watch; its events follow
+	obsRefused                // the agent refuses this runner for good (err says why)
 )
 
 // observer keeps a connection to the agent and reports what it learns, in
@@ -45,6 +47,10 @@ func (o *observer) run(ctx context.Context) {
 		err := o.session(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, rpc.ErrInvalidArgument) {
+			o.send(ctx, observation{kind: obsRefused, err: err})
+			return // retrying would be refused the same way
 		}
 		o.send(ctx, observation{kind: obsDown, err: err})
 		t := time.NewTimer(o.cfg.RetryInterval)

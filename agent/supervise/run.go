@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,7 +17,10 @@ import (
 //
 // With Once, Run returns the command's exit code (128+N for a signal N) and
 // a nil error; if the command cannot be started at all it returns
-// ExitCannotStart and the error. When ctx ends, Run returns 0 and nil: a
+// ExitCannotStart and the error. If the agent refuses to register Run as
+// a runner (a Grace longer than the agent's lease TTL), Run returns
+// ExitRefused and the error at once: the command could never run. When
+// ctx ends, Run returns 0 and nil: a
 // requested stop is not a failure. An invalid cfg returns 0 and an error
 // before anything starts. Run returns only after the command's process
 // group and all of Run's goroutines are gone.
@@ -83,6 +87,10 @@ func (s *supervisor) loop(ctx context.Context, news <-chan observation) (int, er
 			s.reportFinal()
 			return 0, nil
 		case ob := <-news:
+			if ob.kind == obsRefused {
+				out = outcome{done: true, code: ExitRefused, err: fmt.Errorf("supervise: the agent refuses to run the command: %w", ob.err)}
+				break
+			}
 			s.apply(ob)
 		case <-s.exited():
 			out = s.onExit()

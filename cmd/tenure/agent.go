@@ -49,6 +49,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "socket-idle-timeout", Value: rpc.DefaultIdleTimeout, Usage: "close a socket connection that sends no request for this long (watches exempt; 0: never)", EnvVars: env("socket-idle-timeout")},
 			&cli.DurationFlag{Name: "socket-hello-timeout", Value: rpc.DefaultHandshakeTimeout, Usage: "close a socket connection that has not said hello within this time", EnvVars: env("socket-hello-timeout")},
 			&cli.StringFlag{Name: "keyring-file", Usage: "file keeping the cluster keys across restarts, created with --encrypt; once it exists it is always used, and --encrypt must be one of its keys", DefaultText: "DATA-DIR/keyring", EnvVars: env("keyring-file")},
+			&cli.IntFlag{Name: "socket-max-frame", Value: rpc.DefaultMaxFrame, Usage: "largest socket frame body in `BYTES`, both ways (1024 to 16777216); raise it when members of a large cluster no longer fit", EnvVars: env("socket-max-frame")},
 			&cli.StringFlag{Name: "encrypt", Usage: "cluster `KEY` (base64, from tenure keygen): encrypts and authenticates gossip and peer messages", EnvVars: env("encrypt")},
 			&cli.BoolFlag{Name: "insecure-no-encryption", Usage: "allow running without a cluster key on addresses other than loopback: anyone who can reach the ports can join, vote and claim leadership", EnvVars: env("insecure-no-encryption")},
 			&cli.StringFlag{Name: "data-dir", Value: d.DataDir, Usage: "directory for the epoch and the gossip snapshot", EnvVars: env("data-dir")},
@@ -135,6 +136,7 @@ func socketLimits(c *cli.Context, cfg *agent.Config) {
 	cfg.SocketMaxUngreeted = c.Int("socket-max-ungreeted")
 	cfg.SocketHelloTimeout = c.Duration("socket-hello-timeout")
 	cfg.SocketIdleTimeout = c.Duration("socket-idle-timeout")
+	cfg.SocketMaxFrame = c.Int("socket-max-frame")
 	if cfg.SocketIdleTimeout == 0 {
 		cfg.SocketIdleTimeout = -1 // the flag's 0 is "never"
 	}

@@ -311,6 +311,9 @@ func eventLine(ev rpc.Event) string {
 	} else {
 		s += " leader=none"
 	}
+	if ev.Epoch != 0 && (ev.Leader == nil || ev.Leader.Epoch != ev.Epoch) {
+		s += fmt.Sprintf(" term=%d", ev.Epoch) // the term that ended
+	}
 	return s
 }
 

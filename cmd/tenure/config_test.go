@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,13 +8,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -41,37 +40,19 @@ func TestConfigExampleDocumentsEveryFlag(t *testing.T) {
 
 // configAgent runs `tenure agent` with args and env on loopback in dir and
 // returns the process and its output buffer; it is killed at the end.
-func configAgent(t *testing.T, dir string, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
+func configAgent(t *testing.T, dir string, env []string, args ...string) (*exec.Cmd, *testlog.Buffer) {
 	t.Helper()
 	base := []string{"agent", "--bind", "127.0.0.1:0", "--peer-bind", "127.0.0.1:0", "--timing", "local", "--lease-ttl", "2s",
 		"--data-dir", filepath.Join(dir, "data"), "--socket", filepath.Join(dir, "s.sock")}
 	cmd := exec.Command(binary, append(base, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, out
-}
-
-// syncBuffer is a buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func waitStatus(t *testing.T, socket string, cond func(rpc.Status) bool) rpc.Status {

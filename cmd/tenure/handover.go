@@ -50,10 +50,10 @@ func transferCommand() *cli.Command {
 			&cli.DurationFlag{Name: "wait", Value: 10 * time.Second, Usage: "how long to wait for NODE to lead (0: do not wait)"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return fail(2, "tenure transfer: give exactly one node name")
+			name, err := oneName(c, "tenure transfer", "NODE")
+			if err != nil {
+				return err
 			}
-			name := c.Args().First()
 			if err := withClient(c, func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, name) }); err != nil {
 				return err
 			}

@@ -72,10 +72,10 @@ func forceLeaveCommand() *cli.Command {
 		ArgsUsage: "NAME",
 		Flags:     []cli.Flag{socketFlag()},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return fail(2, "tenure force-leave: give exactly one node name")
+			name, err := oneName(c, "tenure force-leave", "NAME")
+			if err != nil {
+				return err
 			}
-			name := c.Args().First()
 			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
 				if err := cl.ForceLeave(ctx, name); err != nil {
 					return err

@@ -1,6 +1,10 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
 
 // agentFlagCategories groups `tenure agent --help` by what a flag is about.
 var agentFlagCategories = map[string][]string{
@@ -46,6 +50,22 @@ func categorize(categories map[string][]string, flags []cli.Flag) []cli.Flag {
 		}
 	}
 	return flags
+}
+
+// oneName returns the one positional argument of cmd (shown as arg in
+// its usage), or a usage error; one that looks like a flag after the name
+// is told to come first, since flags after an argument are not read.
+func oneName(c *cli.Context, cmd, arg string) (string, error) {
+	args := c.Args().Slice()
+	if len(args) == 1 && !strings.HasPrefix(args[0], "-") {
+		return args[0], nil
+	}
+	for _, a := range args[min(1, len(args)):] {
+		if strings.HasPrefix(a, "-") {
+			return "", fail(2, "%s: flags go before %s (%s [options] %s); %q came after it", cmd, arg, cmd, arg, a)
+		}
+	}
+	return "", fail(2, "%s: give exactly one %s (%s [options] %s)", cmd, arg, cmd, arg)
 }
 
 // strictUsage makes every command of cmds (and their subcommands) answer

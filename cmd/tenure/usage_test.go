@@ -16,8 +16,9 @@ import (
 )
 
 // TestUsageMistakesGetOneLine: unexpected arguments and unknown flags are
-// refused with exit 2 and one line naming the command and its --help, not
-// the whole help; `tenure agent web-1` no longer starts an agent.
+// refused with exit 2 and one line naming the command and its --help or
+// its usage, not the whole help; `tenure agent web-1` no longer starts an
+// agent, and a flag after a command's argument is told to come first.
 func TestUsageMistakesGetOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"agent", "web-1"},
@@ -25,10 +26,13 @@ func TestUsageMistakesGetOneLine(t *testing.T) {
 		{"keys", "list", "x"},
 		{"status", "--bogus"},
 		{"--bogus"},
+		{"transfer", "web-2", "--socket", "/nonexistent"},
+		{"force-leave"},
 	} {
 		out, errOut, code := tenure(t, args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
-		if code != 2 || len(lines) != 1 || !strings.Contains(errOut, "--help") || out != "" {
+		usage := strings.Contains(errOut, "--help") || strings.Contains(errOut, "[options]")
+		if code != 2 || len(lines) != 1 || !usage || out != "" {
 			t.Errorf("tenure %v: exit %d, stdout %q, stderr %q; want exit 2 and one line on stderr", args, code, out, errOut)
 		}
 	}
@@ -132,5 +136,17 @@ func TestWatchReconnectFollowsARestartedAgent(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "reconnecting") {
 		t.Fatalf("stderr %q does not say the watch reconnects", stderr.String())
+	}
+}
+
+// TestRunRefusedGraceExitsTwo: a --grace longer than the agent's lease TTL
+// is refused by the agent; tenure run says so and exits 2 at once instead
+// of retrying forever as if the agent were unreachable.
+func TestRunRefusedGraceExitsTwo(t *testing.T) {
+	socks := startAgents(t, 1, nil) // lease TTL 2s
+	start := time.Now()
+	_, errOut, code := tenure(t, "run", "--socket", socks[0], "--grace", "5s", "--", "true")
+	if code != 2 || !strings.Contains(errOut, "exceeds the lease TTL") || time.Since(start) > 10*time.Second {
+		t.Fatalf("exit %d after %v, stderr %q; want exit 2 naming the TTL", code, time.Since(start), errOut)
 	}
 }

@@ -35,7 +35,9 @@ func run(args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("fenced-store", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	dataDir := fs.String("data-dir", "", "directory for the values and the fence (required)")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed; not a failure
+	} else if err != nil {
 		return err
 	}
 	if *dataDir == "" {

@@ -12,3 +12,11 @@ func TestRunRequiresDataDir(t *testing.T) {
 		t.Fatalf("run without --data-dir = %v", err)
 	}
 }
+
+// TestHelpIsNotAFailure: -h prints the usage and exits 0, without an
+// ERROR record (it used to log "flag: help requested" and exit 1).
+func TestHelpIsNotAFailure(t *testing.T) {
+	if err := run([]string{"-h"}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("run -h = %v", err)
+	}
+}

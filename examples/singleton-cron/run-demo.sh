@@ -96,16 +96,16 @@ fi
 
 for i in $(seq 1 "$nodes"); do
   sock=$work/node$i.sock
-  # Hooks do not inherit the agent's TENURE_* variables, nor learn its
-  # socket: a hook that calls `tenure leader --check` on a socket other than
-  # the default one must be given it, here in the hook's command line.
-  # The short, one-run-per-term hook: one line in terms.log when this node
-  # starts leading (if it still does when the hook runs).
-  hooks=(--hook "became-leader=TENURE_SOCKET='$sock' TICK_FILE=\"\$TERMS_FILE\" '$here/tick.sh' --once")
+  # Every hook run gets TENURE_SOCKET (this agent's socket) and the agent's
+  # environment without its TENURE_* settings (TICK_FILE, TERMS_FILE and
+  # PATH come through), so tick.sh's `tenure leader --check` reaches the
+  # right agent. The short, one-run-per-term hook: one line in terms.log
+  # when this node starts leading (if it still does when the hook runs).
+  hooks=(--hook "became-leader=TICK_FILE=\"\$TERMS_FILE\" '$here/tick.sh' --once")
   if [[ $mode == hook ]]; then
     # The loop itself, in a hook whose run lasts the whole term: the hook
     # timeout must outlast the term, or the loop is killed while leading.
-    hooks+=(--hook "became-leader=TENURE_SOCKET='$sock' '$here/tick.sh'" --hook-timeout 1h)
+    hooks+=(--hook "became-leader='$here/tick.sh'" --hook-timeout 1h)
   fi
   "$work/tenure" agent --name "node$i" --id "$i" --socket "$sock" \
     --bind "127.0.0.1:$((base + 2 * i))" --peer-bind "127.0.0.1:$((base + 2 * i + 1))" \
@@ -114,12 +114,12 @@ for i in $(seq 1 "$nodes"); do
     --log-level warn >>"$work/agent$i.log" 2>&1 &
   agents[i]=$!
   if [[ $mode == run ]]; then
-    # TENURE_SOCKET rather than --socket: `tenure run` passes its environment
-    # on, and tick.sh's `tenure leader --check` needs the socket too.
-    # The grace must be shorter than what is left of the lease after a
-    # renewal (a 2s lease renewed every ~0.7s here): with the default 5s,
-    # `tenure run` would never start the job on a 2s lease.
-    TENURE_SOCKET=$sock "$work/tenure" run --grace 500ms --log-level warn \
+    # `tenure run` gives tick.sh TENURE_SOCKET=$sock, for its
+    # `tenure leader --check`. The grace must be shorter than what is left
+    # of the lease after a renewal (a 2s lease renewed every ~0.7s here):
+    # with the default 5s the agent refuses the runner (a grace longer than
+    # the TTL), and `tenure run` warns and retries without ever starting it.
+    "$work/tenure" run --socket "$sock" --grace 500ms --log-level warn \
       -- "$here/tick.sh" >>"$work/run$i.log" 2>&1 &
     runs[i]=$!
   fi

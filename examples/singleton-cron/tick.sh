@@ -17,14 +17,14 @@
 #   TENURE_NODE    this node's name (set by hooks); else TENURE_LEADER (set
 #                  by `tenure run`: this node's name); else the hostname
 #   TENURE_SOCKET  the local agent's socket, for `tenure leader --check`
-#                  (default: tenure's own default socket path)
+#                  (set by `tenure run` and by hooks to their agent's socket)
 #   TICK_FILE      the shared file to append to (required)
 #   TICK_INTERVAL  seconds between two lines (default 2)
 #   TENURE_BIN     the tenure binary (default: tenure, from PATH)
 #
 # The check before every line is what stops a loop started by a hook, which
 # nothing else stops when leadership ends. Under `tenure run` it is a second
-# line of defence: it also stops a loop whose `tenure run` was SIGKILLed.
+# line of defence only: `tenure run` stops the loop's process group itself.
 # Neither is a fence: a process paused between its check and its write can
 # still write late. A resource that must refuse such writes has to check the
 # epoch itself (see examples/fenced-store).
