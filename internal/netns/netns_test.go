@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,6 +117,7 @@ func TestCloseRemovesNamespacesAndProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitInside(t, hosts[1], p.Pid())
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +169,24 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	left := strings.Join(namespaces(t, ""), " ")
 	if !strings.Contains(left, n.tag+"-h1") || !strings.Contains(left, other) || strings.Contains(left, dead) {
 		t.Fatalf("namespaces after the sweep: %s", left)
+	}
+}
+
+// waitInside waits until pid runs inside h's namespace: until then it is
+// ip netns exec, still in the machine's own namespace, which Close does not
+// look at.
+func waitInside(t *testing.T, h Host, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "pids", h.NS).Output()
+		if err == nil && slices.Contains(strings.Fields(string(out)), strconv.Itoa(pid)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d not in %s after 5s: %v", pid, h.NS, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
