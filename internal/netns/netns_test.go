@@ -117,7 +117,7 @@ func TestCloseRemovesNamespacesAndProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitInside(t, hosts[1], p.Pid())
+	waitInside(t, hosts[1].NS, p.Pid())
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +154,7 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitInside(t, dead, p.Pid())
 	removed, err := Sweep(opts.Prefix)
 	if err != nil {
 		t.Fatal(err)
@@ -172,19 +173,19 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	}
 }
 
-// waitInside waits until pid runs inside h's namespace: until then it is
-// ip netns exec, still in the machine's own namespace, which Close does not
-// look at.
-func waitInside(t *testing.T, h Host, pid int) {
+// waitInside waits until pid runs inside namespace ns: until then it is
+// ip netns exec, still in the machine's own namespace, where Close and
+// Sweep do not look.
+func waitInside(t *testing.T, ns string, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		out, err := exec.Command("ip", "netns", "pids", h.NS).Output()
+		out, err := exec.Command("ip", "netns", "pids", ns).Output()
 		if err == nil && slices.Contains(strings.Fields(string(out)), strconv.Itoa(pid)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d not in %s after 5s: %v", pid, h.NS, err)
+			t.Fatalf("%d not in %s after 5s: %v", pid, ns, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
