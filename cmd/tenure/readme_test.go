@@ -60,13 +60,17 @@ exec sleep 600
 
 	// Try it, and Development: make targets, the CI script.
 	d.skip("go run ./cmd/tenure demo", "TestDemoTellsTheFencingStory runs the demo")
-	for _, target := range []string{"test", "check", "fuzz-short"} {
+	for _, target := range []string{"test", "check", "fuzz-short", "nemesis"} {
 		// make -n: the target exists; running it here would run the suite
 		// inside the suite.
 		d.command("make " + target)
 		if out, errOut, code := d.sh("make -n "+target, nil); code != 0 || out == "" {
 			t.Errorf("make -n %s: exit %d %s%s", target, code, out, errOut)
 		}
+	}
+	d.command("make soak SCHEDULES=200")
+	if out, errOut, code := d.sh("make -n soak SCHEDULES=200", nil); code != 0 || !strings.Contains(out, "-nemesis.schedules=200") {
+		t.Errorf("make -n soak SCHEDULES=200: exit %d, want -nemesis.schedules=200 in %s%s", code, out, errOut)
 	}
 	d.command(".ci/run")
 	if fi, err := os.Stat(filepath.Join(d.root, ".ci/run")); err != nil || fi.Mode()&0o111 == 0 {
