@@ -18,7 +18,7 @@ const (
 	// stableSlack is added to the liveness bound when waiting for the
 	// agents to agree again after a heal: liveness is the checker's to
 	// judge; the harness only must not start the next fault too soon.
-	stableSlack = 10 * time.Second
+	stableSlack = 5 * time.Second
 )
 
 // RunOptions describe one run: a cluster, a plan, and how to judge it.
