@@ -105,9 +105,6 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// Events is the run's record of faults.
-func (c *Cluster) Events() *Events { return c.events }
-
 // Nodes returns the cluster's nodes, h1 first.
 func (c *Cluster) Nodes() []*Node { return slices.Clone(c.nodes) }
 

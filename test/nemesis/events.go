@@ -18,9 +18,8 @@ import (
 // before the signal, a resume before the first SIGCONT), except heal, which
 // is recorded once every undo has completed. Safe for concurrent use.
 type Events struct {
-	mu   sync.Mutex
-	f    *os.File
-	seen []check.Event // every event recorded, for the run's summary
+	mu sync.Mutex
+	f  *os.File
 }
 
 // OpenEvents creates path for appending.
@@ -44,15 +43,7 @@ func (e *Events) Record(kind string, nodes []string, detail string) (check.Event
 	if _, err := e.f.Write(append(line, '\n')); err != nil {
 		return ev, fmt.Errorf("nemesis: events: %w", err)
 	}
-	e.seen = append(e.seen, ev)
 	return ev, nil
-}
-
-// All returns a copy of the events recorded so far.
-func (e *Events) All() []check.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]check.Event(nil), e.seen...)
 }
 
 // Close closes the file.
