@@ -52,7 +52,7 @@ type Step struct {
 
 func (s Step) String() string {
 	switch {
-	case s.Kind == FaultJoin:
+	case s.Kind == FaultJoin || s.Kind == FaultCrash:
 		return s.Kind
 	case s.Kind == FaultLoss:
 		return fmt.Sprintf("%s %.0f%% for %v", s.Kind, s.Loss*100, s.Hold)
