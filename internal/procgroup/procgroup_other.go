@@ -35,3 +35,6 @@ func AttrDying() *syscall.SysProcAttr { return nil }
 func Attribute(int, int, int) error {
 	return errors.New("procgroup: process groups need a Unix system")
 }
+
+// Children returns nil: no /proc here.
+func Children(int) []int { return nil }

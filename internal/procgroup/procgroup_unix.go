@@ -179,6 +179,26 @@ func Attribute(pgid, parent, uid int) error {
 	return nil
 }
 
+// Children lists the live processes whose parent is pid, from /proc (none
+// where /proc cannot be read): the group leaders a supervisor started, say.
+func Children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(e.Name()); ok && st.ppid == pid && st.state != 'Z' && st.state != 'X' {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
 // Gone reports whether process pid has exited: it no longer exists, or it
 // is a zombie waiting to be reaped.
 func Gone(pid int) bool {

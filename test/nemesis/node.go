@@ -6,15 +6,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/netns"
+	"github.com/tenurehq/tenure/internal/procgroup"
 	"github.com/tenurehq/tenure/rpc"
 	"github.com/tenurehq/tenure/test/nemesis/check"
 )
@@ -66,8 +64,8 @@ func (n *Node) stopHost() error {
 		return err
 	}
 	n.pausedGroup = nil
-	for _, pid := range children(n.run.Pid()) {
-		if err := syscall.Kill(-pid, syscall.SIGSTOP); err == nil {
+	for _, pid := range procgroup.Children(n.run.Pid()) {
+		if err := procgroup.Signal(pid, syscall.SIGSTOP); err == nil {
 			n.pausedGroup = append(n.pausedGroup, pid)
 		}
 	}
@@ -82,7 +80,7 @@ func (n *Node) stopHost() error {
 func (n *Node) continueHost(history string) error {
 	from, resumed := fileSize(history), time.Now().UnixNano()
 	for _, pgid := range n.pausedGroup {
-		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		_ = procgroup.Signal(pgid, syscall.SIGCONT)
 	}
 	if len(n.pausedGroup) > 0 {
 		deadline := time.Now().Add(writerHeadStart)
@@ -124,46 +122,4 @@ func fileSize(path string) int64 {
 		return -1
 	}
 	return fi.Size()
-}
-
-// children lists the processes whose parent is pid (from /proc).
-func children(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid(child) == pid {
-			out = append(out, child)
-		}
-	}
-	return out
-}
-
-// ppid is the parent of pid, or -1.
-func ppid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return -1
-	}
-	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return -1
-	}
-	p, err := strconv.Atoi(f[1])
-	if err != nil {
-		return -1
-	}
-	return p
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/procgroup"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -88,7 +89,7 @@ func (c *Cluster) WaitWriting(n *Node, d time.Duration) bool {
 	from := fileSize(c.history(n))
 	deadline := time.Now().Add(d)
 	for {
-		if len(children(n.run.Pid())) > 0 && fileSize(c.history(n)) > from {
+		if len(procgroup.Children(n.run.Pid())) > 0 && fileSize(c.history(n)) > from {
 			return true
 		}
 		if time.Now().After(deadline) {
