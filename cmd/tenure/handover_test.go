@@ -19,7 +19,7 @@ func TestDrainTransferResignThroughTheBinary(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "n1 leads, epoch ") {
 		t.Fatalf("transfer n1: exit %d, %q %q", code, out, stderr)
 	}
-	for _, c := range []struct{ name, want string }{{"nosuch", "not found"}, {"", "give exactly one node name"}} {
+	for _, c := range []struct{ name, want string }{{"nosuch", "not found"}, {"", "give exactly one NODE"}} {
 		args := []string{"transfer", "--socket", socks[1]}
 		if c.name != "" {
 			args = append(args, c.name)
