@@ -18,6 +18,7 @@ import (
 	"github.com/tenurehq/tenure/agent"
 	"github.com/tenurehq/tenure/agent/metrics"
 	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -106,17 +107,7 @@ func (n *node) metric(t *testing.T, series string) float64 {
 
 func eventually(t *testing.T, d time.Duration, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, d, "metrics", cond)
 }
 
 // TestMetricsAndHealthFollowAFailover: three agents serve their metrics

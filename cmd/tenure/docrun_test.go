@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/internal/testwait"
 )
 
 // docCommand is one command of a fenced sh block of a Markdown file.
@@ -339,21 +340,10 @@ func (p *bgProc) lines() []string {
 	return nil
 }
 
-// eventually polls cond every 100ms until it returns "" or d passes; then
-// it fails the test with cond's last answer.
+// eventually waits for cond (testwait.For).
 func eventually(t *testing.T, d time.Duration, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v: %s", what, d, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.For(t, d, what, cond)
 }
 
 // docPorts finds count consecutive ports free for TCP and UDP on

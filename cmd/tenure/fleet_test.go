@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/netns"
+	"github.com/tenurehq/tenure/internal/testwait"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -134,21 +135,10 @@ func (f *fleet) members(i int) map[string]rpc.Member {
 	return membersOf(f.t, f.socket(i))
 }
 
-// waitFor polls cond every 100 ms until it returns "" or d passes; then the
-// test fails with cond's last answer.
+// waitFor waits for cond (testwait.For).
 func (f *fleet) waitFor(d time.Duration, what string, cond func() string) {
 	f.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: not within %v: %s", what, d, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.For(f.t, d, what, cond)
 }
 
 // voters is the final roster host i holds ("" and false while it has none
