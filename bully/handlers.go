@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/broken"
 )
 
 // onElection answers a lower node's ELECTION, and starts this node's own
@@ -221,7 +223,9 @@ func (m *Machine) win() {
 		}
 		return
 	}
-	m.epoch++
+	if m.epoch == 0 || !broken.Is(broken.NoEpochBump) {
+		m.epoch++
+	}
 	m.acquiring = m.epoch
 	m.state = StateAcquiring
 	m.deadline = time.Time{}

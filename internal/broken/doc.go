@@ -21,4 +21,8 @@ const (
 	RunKeepsChild = "run-keeps-child"
 	// StoreNoFence: the example fenced store accepts every token (breaks I4).
 	StoreNoFence = "store-no-fence"
+	// NoEpochBump: a node that wins an election campaigns with the highest
+	// epoch it knows instead of the next one (breaks I2 where the lease
+	// round does not refuse it, as with SkipMajority).
+	NoEpochBump = "no-epoch-bump"
 )
