@@ -40,7 +40,7 @@ func Beliefs(journal []JournalRecord, events []Event) []Interval {
 	for _, r := range journal {
 		byNode[r.Node] = append(byNode[r.Node], r)
 	}
-	kills := killTimes(events)
+	kills := eventTimes(events, EventKill)
 	var out []Interval
 	for node, recs := range byNode {
 		out = append(out, nodeBeliefs(recs, kills[node])...)
@@ -51,20 +51,20 @@ func Beliefs(journal []JournalRecord, events []Event) []Interval {
 	return out
 }
 
-// killTimes returns, per node, the sorted times it was killed.
-func killTimes(events []Event) map[string][]int64 {
-	kills := make(map[string][]int64)
+// eventTimes returns, per node, the sorted times of its events of kind.
+func eventTimes(events []Event, kind string) map[string][]int64 {
+	out := make(map[string][]int64)
 	for _, e := range events {
-		if e.Kind == EventKill {
+		if e.Kind == kind {
 			for _, n := range e.Nodes {
-				kills[n] = append(kills[n], e.T)
+				out[n] = append(out[n], e.T)
 			}
 		}
 	}
-	for _, ts := range kills {
+	for _, ts := range out {
 		slices.Sort(ts)
 	}
-	return kills
+	return out
 }
 
 // nodeBeliefs turns one node's journal into merged intervals.

@@ -2,7 +2,6 @@ package check
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -23,7 +22,7 @@ type ChildCounts struct {
 func CheckChildren(ops []Op, iv []Interval, events []Event, opt Options) (Verdict, ChildCounts) {
 	v := verdict{name: NameChildren}
 	idx := indexTerms(iv)
-	resumes := resumeTimes(events)
+	resumes := eventTimes(events, EventResumeHost)
 	var c ChildCounts
 	n := 0
 	for _, o := range ops {
@@ -72,22 +71,6 @@ func cutWhat(cutBy string) string {
 		return "a kill of its agent"
 	}
 	return cutBy
-}
-
-// resumeTimes returns, per node, the sorted times its host was resumed.
-func resumeTimes(events []Event) map[string][]int64 {
-	out := make(map[string][]int64)
-	for _, e := range events {
-		if e.Kind == EventResumeHost {
-			for _, n := range e.Nodes {
-				out[n] = append(out[n], e.T)
-			}
-		}
-	}
-	for _, ts := range out {
-		slices.Sort(ts)
-	}
-	return out
 }
 
 // CheckMonotone is I4's direct form: no write was accepted with an epoch
