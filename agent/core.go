@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/leasing"
+	"github.com/tenurehq/tenure/leasing/named"
 )
 
 // core is the deterministic heart of an agent: the election machine, the
@@ -70,6 +71,11 @@ type core struct {
 	// so it never bootstraps one of its own.
 	seenCluster bool
 	warned      map[string]bool
+	// Named leases (core_named.go): the table this node serves while it
+	// leads, the claims of its local sessions, and what happened to them.
+	table       *named.Table
+	claims      *named.Claims
+	namedEvents []named.Event
 	out         []outMsg
 	failed      error // a store failed: the agent must stop
 }
@@ -158,7 +164,7 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	}
 	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges,
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]time.Time{},
-		floors: map[string]uint64{}, seats: newSeats()}
+		floors: map[string]uint64{}, seats: newSeats(), claims: named.NewClaims(toLeasing(cfg.Self), cfg.Lease.MaxDrift)}
 	if cfg.Voter && cfg.Consistency == Quorum {
 		named := c.roster().Contains(toLeasing(cfg.Self))
 		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now,
@@ -235,6 +241,7 @@ func (c *core) setMembers(now time.Time, members []memberView) {
 	c.trackMembers(now)
 	c.maybeBootstrap(now)
 	c.process(now)
+	c.dropGoneWaiters(now)
 }
 
 func (c *core) warnForeign(mv memberView, mine string) {
@@ -262,6 +269,7 @@ func (c *core) tick(now time.Time) {
 	c.askPledges(now)
 	c.maybeFetchRoster(now)
 	c.process(now)
+	c.driveNamed(now)
 }
 
 // resign makes a leader step down; bully.ErrNotLeader otherwise.
@@ -313,6 +321,13 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}
+	case env.Named != nil:
+		rep := c.onNamed(now, *env.Named)
+		reply = &envelope{NamedReply: &rep}
+	case env.NamedReply != nil:
+		c.onNamedReply(now, *env.NamedReply)
+	case env.NamedList:
+		reply = &envelope{NamedListReply: c.onNamedList(now)}
 	}
 	c.process(now)
 	return reply

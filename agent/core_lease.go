@@ -76,6 +76,9 @@ func (c *core) evaluate(now time.Time) {
 		c.count("lease.acquired")
 		c.m.Acquired(now, rd.Epoch)
 		c.lease.acting = c.leading() // an unwanted term is released at once
+		if c.lease.acting {
+			c.startTable(now, rd)
+		}
 	case rd.Kind == leasing.Acquire:
 		c.count("lease.acquire_failed")
 		c.acquireFailed(now, rd)

@@ -197,6 +197,7 @@ func runSchedule(t testing.TB, i int, eager bool) {
 	}()
 	s := newCsim(t, seed)
 	s.eagerRelease = eager
+	s.named = newNamedSim("lock", "migrate", "task/a", "task/b")
 	n := 3 + i%3
 	// The voter-set rules: the bootstrap's target or another, sometimes
 	// zones, sometimes replacing voters missing for a while.
@@ -214,6 +215,9 @@ func runSchedule(t testing.TB, i int, eager bool) {
 		s.randomFault(&wiped)
 		s.randomMembership()
 		s.randomHandover() // core_drain_sim_test.go
+		for range 2 {
+			s.named.random(s)
+		}
 		s.run(time.Duration(s.rand.IntN(2000)) * time.Millisecond)
 	}
 	s.finalPhase()
@@ -252,6 +256,10 @@ func (s *csim) finalPhase() {
 	}
 	if _, _, ok := s.tryLeader(bound); !ok && !s.beyondTolerance() {
 		s.t.Fatalf("the leader elected after healing did not last\n%s", s.dump())
+	}
+	if s.named != nil && !s.beyondTolerance() {
+		// A new leader's grace is at most the longest TTL a voter accepts.
+		s.named.checkServed(s, namedTTLFactor*maxTTLFactor*s.maxTTL()+4*s.ttl+5*time.Second)
 	}
 	if len(s.peerCut) == 0 {
 		s.checkRosterConverged()

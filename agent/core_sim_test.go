@@ -50,6 +50,8 @@ type csim struct {
 	eagerRelease bool
 
 	terms map[uint64]string // epoch → the node that led it
+
+	named *namedSim // named leases' sessions and checks, when set
 }
 
 type cnode struct {
@@ -326,6 +328,9 @@ func (s *csim) collect(name string) {
 	}
 	s.notePromise(n)
 	s.recordTerm(n)
+	if s.named != nil {
+		s.named.collect(s, n)
+	}
 	if r := n.rosters.r; r.ClusterID != n.advertised.ClusterID || r.Version != n.advertised.Version {
 		s.checkJointCommitted(n, n.advertised, r)
 		n.advertised = r // gossip spreads the new tags, as serf does
@@ -520,6 +525,9 @@ func (s *csim) check() {
 	}
 	if len(running) > 1 {
 		s.t.Fatalf("tenure run: commands of %v run at once at %v\n%s", running, s.now.Sub(s.start), s.dump())
+	}
+	if s.named != nil {
+		s.named.check(s)
 	}
 }
 

@@ -94,6 +94,14 @@ func (env envelope) kind() string {
 		return "force_leave"
 	case env.ForceLeaveReply != nil:
 		return "force_leave_reply"
+	case env.Named != nil:
+		return "named." + env.Named.Op.String()
+	case env.NamedReply != nil:
+		return "named_reply"
+	case env.NamedList:
+		return "named_list"
+	case env.NamedListReply != nil:
+		return "named_list_reply"
 	}
 	return "empty"
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/internal/wire"
 	"github.com/tenurehq/tenure/leasing"
+	"github.com/tenurehq/tenure/leasing/named"
 )
 
 // peerVersion is the version of the peer message envelope.
@@ -39,6 +40,21 @@ type envelope struct {
 	// TransferReply answers (see core.transfer).
 	Transfer      string         `msgpack:"transfer,omitempty"`
 	TransferReply *transferReply `msgpack:"transfer_reply,omitempty"`
+	// Named is a request of a named-lease holder to the leader;
+	// NamedReply its answer, or a grant the leader pushes to a waiter.
+	Named      *named.Request `msgpack:"named,omitempty"`
+	NamedReply *named.Reply   `msgpack:"named_reply,omitempty"`
+	// NamedList asks the leader for its named-lease table; NamedListReply
+	// answers.
+	NamedList      bool            `msgpack:"named_list,omitempty"`
+	NamedListReply *namedListReply `msgpack:"named_list_reply,omitempty"`
+}
+
+// namedListReply answers a NamedList: the leader's table, or why not
+// (Code as leaderReply's).
+type namedListReply struct {
+	leaderReply
+	Names []named.Info `msgpack:"names"`
 }
 
 // rosterUpdate carries a roster change step from the leader of term Term.
@@ -93,6 +109,9 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	}
 	if r := env.Lease; r != nil && (r.Kind < leasing.Acquire || r.Kind > leasing.Release || r.Candidate.Name == "") {
 		return env, fmt.Errorf("agent: malformed lease request %+v", *r)
+	}
+	if r := env.Named; r != nil && (r.Op < named.OpAcquire || r.Op > named.OpRelease || r.Holder.Node.Name == "") {
+		return env, fmt.Errorf("agent: malformed named-lease request %+v", *r)
 	}
 	return env, nil
 }

@@ -25,6 +25,8 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	switch {
 	case c.failed != nil, c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
 		return false
+	case soon(c.claims.Next()), c.table != nil && soon(c.table.Next()):
+		return false
 	case c.quorumMode() && c.roster().IsZero():
 		return false // bootstrapping, or fetching the roster
 	case !c.reach.sent.IsZero():

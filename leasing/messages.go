@@ -89,4 +89,8 @@ type Reply struct {
 	Remaining time.Duration `msgpack:"remaining"`
 	// Roster is the voter's roster when it is newer than the candidate's.
 	Roster *Roster `msgpack:"roster,omitempty"`
+	// Longest is the longest TTL the voter has ever promised (recorded
+	// before each grant), 0 when its record has none: a new leader waits
+	// that long before it grants names nobody re-claimed (package named).
+	Longest time.Duration `msgpack:"longest,omitempty"`
 }

@@ -31,6 +31,8 @@ type Round struct {
 	maxWait  time.Duration // longest promise to another holder among refusals
 	refusals map[Reason]int
 	reasons  map[string]Reason // each refusing voter's reason, by name
+	longest  time.Duration     // longest TTL any granting voter ever promised
+	unknown  bool              // a granting voter's record has no TTL
 }
 
 // NewRound starts round seq at sent.
@@ -58,6 +60,8 @@ func (r *Round) Add(rep Reply) {
 	r.highest = max(r.highest, rep.Highest)
 	if rep.Granted {
 		r.granted[rep.Voter.Name] = true
+		r.longest = max(r.longest, rep.Longest)
+		r.unknown = r.unknown || rep.Longest == 0
 		return
 	}
 	r.refusals[rep.Reason]++
@@ -70,6 +74,14 @@ func (r *Round) Add(rep Reply) {
 		r.newer = rep.Roster
 	}
 }
+
+// LongestTTL returns the longest TTL the granting voters ever promised,
+// and false when one of them has no record of it (a lost disk, an older
+// version). A won acquire's majority shares a voter with the majority of
+// every earlier term, which recorded that term's TTL before granting, so
+// no earlier leader's lease, nor a named lease it granted (at most its
+// TTL), lasted longer.
+func (r *Round) LongestTTL() (time.Duration, bool) { return r.longest, !r.unknown && r.longest > 0 }
 
 // Won reports whether a majority granted (of both sets of a joint roster).
 func (r *Round) Won() bool {

@@ -165,7 +165,7 @@ func (v *Voter) HoldsPromiseFor(now time.Time, c Node) bool {
 }
 
 func (v *Voter) reply(now time.Time, granted bool, reason Reason) Reply {
-	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.store.Epoch()}
+	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.store.Epoch(), Longest: v.store.LongestTTL()}
 	if h, exp, ok := v.Promise(now); ok {
 		rep.Holder, rep.Remaining = h, exp.Sub(now)
 	}

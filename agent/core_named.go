@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+	"github.com/tenurehq/tenure/leasing/named"
+)
+
+// Named leases (package named; docs/DESIGN.md §9). The leader keeps the
+// table of its term (c.table); every node keeps the claims of its local
+// sessions (c.claims) and sends their requests to the leader it follows,
+// addressed to that leader's term. A leader's own sessions are served
+// without the network.
+
+// MinNamedTTL is the shortest TTL of a named lease.
+const MinNamedTTL = time.Second
+
+// namedTTLFactor bounds a named lease's TTL: at most this many times the
+// granting leader's lease TTL, so a holder can keep its lease across a
+// crash of the leader (the failover takes about one lease TTL) by
+// re-claiming it from the next leader. DefaultNamedTTL is twice the lease
+// TTL.
+const namedTTLFactor = maxTTLFactor
+
+// DefaultNamedTTL returns the TTL of a named lease when the client names
+// none: twice the lease TTL.
+func DefaultNamedTTL(leaseTTL time.Duration) time.Duration { return 2 * leaseTTL }
+
+// maxNamedTTL is the longest named lease this node grants or asks for.
+func (c *core) maxNamedTTL() time.Duration { return namedTTLFactor * c.cfg.Lease.TTL }
+
+// Errors of named leases.
+var (
+	errNamedAvailable = errors.New("named leases need --consistency quorum: without a quorum no lease is safe")
+	errNamedTTL       = errors.New("bad ttl")
+)
+
+// startTable opens the named-lease table of the term rd won at now. It
+// grants names nobody re-claims only after namedTTLFactor times the
+// longest lease TTL the granting voters ever promised: every earlier
+// leader's lease TTL is among those, and its named grants were at most
+// namedTTLFactor times it, so they have all run out by then. Without that
+// record (a voter lost its disk), after namedTTLFactor times the longest
+// lease TTL this node's voter accepts.
+func (c *core) startTable(now time.Time, rd *leasing.Round) {
+	longest, ok := rd.LongestTTL()
+	if !ok {
+		longest = c.maxTTL()
+	}
+	c.table = named.NewTable(named.Config{MinTTL: MinNamedTTL, MaxTTL: c.maxNamedTTL()}, rd.Epoch, now, namedTTLFactor*longest)
+}
+
+// namedTable returns the table while this node leads its term with a
+// valid lease, and drops it once the term is over.
+func (c *core) namedTable(now time.Time) *named.Table {
+	if c.table == nil {
+		return nil
+	}
+	if !c.lease.acting || !c.leaseValid(now) || c.table.Term() != c.lease.epoch {
+		c.table = nil
+		return nil
+	}
+	return c.table
+}
+
+// onNamed answers a named-lease request as the leader of its term.
+func (c *core) onNamed(now time.Time, req named.Request) named.Reply {
+	t := c.namedTable(now)
+	if t == nil {
+		return named.Reply{Seq: req.Seq, Term: req.Term, Name: req.Name, Holder: req.Holder, Code: named.CodeNotLeader,
+			Message: fmt.Sprintf("%s does not lead term %d", c.cfg.Self.Name, req.Term)}
+	}
+	rep, pushes := t.Handle(now, req)
+	c.pushGrants(now, pushes)
+	return rep
+}
+
+// pushGrants sends grants made to waiters to their agents.
+func (c *core) pushGrants(now time.Time, grants []named.Reply) {
+	for _, g := range grants {
+		if toBully(g.Holder.Node) == c.cfg.Self {
+			c.onNamedReply(now, g)
+			continue
+		}
+		c.out = append(c.out, outMsg{to: toBully(g.Holder.Node), env: envelope{NamedReply: &g}})
+	}
+}
+
+// onNamedReply takes the leader's answer (or pushed grant) for a local
+// session.
+func (c *core) onNamedReply(now time.Time, rep named.Reply) {
+	events, releases := c.claims.Handle(now, rep)
+	c.namedEvents = append(c.namedEvents, events...)
+	for _, r := range releases {
+		c.sendNamed(now, r)
+	}
+}
+
+// sendNamed sends a request of a local session to the leader.
+func (c *core) sendNamed(now time.Time, req named.Request) {
+	leader, _ := c.claims.Leader()
+	if toBully(leader) == c.cfg.Self {
+		c.onNamedReply(now, c.onNamed(now, req))
+		return
+	}
+	c.out = append(c.out, outMsg{to: toBully(leader), env: envelope{Named: &req}})
+}
+
+// driveNamed runs the named leases' timers: the claims follow the leader
+// and term this node knows, send what is due and lose what ran out; the
+// leader's table ends leases and waits and grants freed names.
+func (c *core) driveNamed(now time.Time) {
+	if !c.quorumMode() {
+		return
+	}
+	st := c.m.Status()
+	leader, term := toLeasing(st.Leader), st.Term
+	if st.Leader == c.cfg.Self && !c.leaseValid(now) {
+		leader, term = leasing.Node{}, 0
+	}
+	c.claims.SetLeader(now, leader, term)
+	if t := c.namedTable(now); t != nil {
+		c.pushGrants(now, t.Tick(now))
+	}
+	c.namedEvents = append(c.namedEvents, c.claims.Expire(now)...)
+	for _, req := range c.claims.Due(now) {
+		c.sendNamed(now, req)
+	}
+}
+
+// dropGoneWaiters removes from the leader's queues the waiters of nodes
+// gossip no longer lists alive.
+func (c *core) dropGoneWaiters(now time.Time) {
+	t := c.namedTable(now)
+	if t == nil {
+		return
+	}
+	gone := map[string]bool{}
+	for _, in := range t.List(now) {
+		for _, w := range in.Waiters {
+			if _, ok := c.live[w.Node.Name]; !ok {
+				gone[w.Node.Name] = true
+			}
+		}
+	}
+	for n := range gone {
+		c.pushGrants(now, t.DropNode(now, n))
+	}
+}
+
+// namedWant starts a local session's claim on name.
+func (c *core) namedWant(now time.Time, name string, session uint64, ttl time.Duration, wait bool, p named.Policy) error {
+	if !c.quorumMode() {
+		return errNamedAvailable
+	}
+	if err := named.CheckName(name); err != nil {
+		return err
+	}
+	if ttl < MinNamedTTL || ttl > c.maxNamedTTL() {
+		return fmt.Errorf("%w: %v is not between %v and %v (%d times --lease-ttl)", errNamedTTL, ttl, MinNamedTTL, c.maxNamedTTL(), namedTTLFactor)
+	}
+	c.claims.Want(now, name, session, ttl, wait, p)
+	c.driveNamed(now)
+	return nil
+}
+
+// namedDrop ends a local session's claim on name, releasing it.
+func (c *core) namedDrop(now time.Time, name string, session uint64) {
+	if r, ok := c.claims.Drop(now, name, session); ok {
+		c.sendNamed(now, r)
+	}
+}
+
+// namedDropSession ends every claim of a local session.
+func (c *core) namedDropSession(now time.Time, session uint64) {
+	for _, r := range c.claims.DropSession(now, session) {
+		c.sendNamed(now, r)
+	}
+}
+
+// namedList lists the leader's table when this node leads; otherwise it
+// returns the leader to ask (zero when none is known).
+func (c *core) namedList(now time.Time) ([]named.Info, bully.Node, error) {
+	if !c.quorumMode() {
+		return nil, bully.Node{}, errNamedAvailable
+	}
+	if t := c.namedTable(now); t != nil {
+		return t.List(now), bully.Node{}, nil
+	}
+	return nil, c.m.Status().Leader, errNotLeaderHere
+}
+
+// takeNamedEvents returns and clears what happened to local sessions.
+func (c *core) takeNamedEvents() []named.Event {
+	ev := c.namedEvents
+	c.namedEvents = nil
+	return ev
+}
+
+// onNamedList answers another node's request for the leader's table.
+func (c *core) onNamedList(now time.Time) *namedListReply {
+	names, _, err := c.namedList(now)
+	if err != nil {
+		return &namedListReply{leaderReply: leaderReply{Code: "not_leader", Error: err.Error()}}
+	}
+	return &namedListReply{Names: names}
+}

@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/leasing/named"
+)
+
+// namedSim adds named leases to a core simulation: sessions on random
+// nodes want a few names (waiting or trying once, as locks or as tasks),
+// hold them a while and drop them. After every step it checks that no
+// name has two valid holders (each judged on its own node's clock), and it
+// checks that the tokens of a name's grants only grow.
+type namedSim struct {
+	names    []string
+	session  uint64
+	sessions map[string][]namedSession // by node
+	last     map[string]uint64         // last token acquired, by name
+	acquired int                       // grants seen, for the log
+}
+
+type namedSession struct {
+	name    string
+	session uint64
+	wait    bool
+	boot    int // the node's boot it was made in: a restart forgets it
+}
+
+func newNamedSim(names ...string) *namedSim {
+	return &namedSim{names: names, sessions: map[string][]namedSession{}, last: map[string]uint64{}}
+}
+
+// random makes one change: a new session on a running node, or the end of
+// one.
+func (ns *namedSim) random(s *csim) {
+	node := s.order[s.rand.IntN(len(s.order))]
+	n := s.nodes[node]
+	if !n.up || n.paused {
+		return
+	}
+	ns.forgetRestarted(n)
+	now := s.local(n, s.now)
+	if ss := ns.sessions[node]; len(ss) > 0 && s.rand.IntN(3) == 0 {
+		i := s.rand.IntN(len(ss))
+		n.c.namedDrop(now, ss[i].name, ss[i].session)
+		ns.sessions[node] = append(ss[:i], ss[i+1:]...)
+		s.collect(node)
+		return
+	}
+	ns.session++
+	sess := namedSession{name: ns.names[s.rand.IntN(len(ns.names))], session: ns.session, wait: s.rand.IntN(4) != 0, boot: n.boots}
+	policy := named.FIFO
+	if s.rand.IntN(2) == 0 {
+		policy = named.Spread
+	}
+	if err := n.c.namedWant(now, sess.name, sess.session, 2*s.ttl, sess.wait, policy); err != nil {
+		s.t.Fatalf("%s: want %s: %v", node, sess.name, err)
+	}
+	ns.sessions[node] = append(ns.sessions[node], sess)
+	s.collect(node)
+}
+
+// forgetRestarted drops the sessions of an earlier life of n.
+func (ns *namedSim) forgetRestarted(n *cnode) {
+	var keep []namedSession
+	for _, x := range ns.sessions[n.name] {
+		if x.boot == n.boots {
+			keep = append(keep, x)
+		}
+	}
+	ns.sessions[n.name] = keep
+}
+
+// collect checks what a node's sessions saw.
+func (ns *namedSim) collect(s *csim, n *cnode) {
+	for _, ev := range n.c.takeNamedEvents() {
+		if ev.Kind != named.Acquired {
+			continue
+		}
+		if ev.Token <= ns.last[ev.Name] {
+			s.t.Fatalf("named: %s/%d acquired %q with token %#x after token %#x was acquired\n%s",
+				n.name, ev.Session, ev.Name, ev.Token, ns.last[ev.Name], s.dump())
+		}
+		ns.last[ev.Name] = ev.Token
+		ns.acquired++
+	}
+}
+
+// check asserts that no name has two valid holders at this instant.
+func (ns *namedSim) check(s *csim) {
+	holders := map[string][]string{}
+	for _, name := range s.order {
+		n := s.nodes[name]
+		if n.c == nil || !n.up {
+			continue // a crashed node's sessions are gone with it
+		}
+		for _, h := range n.c.claims.Holding(s.local(n, s.now)) {
+			holders[h.Name] = append(holders[h.Name], fmt.Sprintf("%s/%d(token %#x)", name, h.Session, h.Token))
+		}
+	}
+	for name, hs := range holders {
+		if len(hs) > 1 {
+			sort.Strings(hs)
+			s.t.Fatalf("named I1: %q held by %v at once at %v\n%s", name, hs, s.now.Sub(s.start), s.dump())
+		}
+	}
+}
+
+// dump describes every node's claims and the leader's table.
+func (ns *namedSim) dump(s *csim) string {
+	var b strings.Builder
+	for _, name := range s.order {
+		n := s.nodes[name]
+		if !n.up {
+			continue
+		}
+		now := s.local(n, s.now)
+		leader, term := n.c.claims.Leader()
+		fmt.Fprintf(&b, "  %s claims (to %s term %d): holding %v waiting %v\n", name, leader.Name, term, n.c.claims.Holding(now), n.c.claims.Waiting())
+		if t := n.c.namedTable(now); t != nil {
+			fmt.Fprintf(&b, "  %s table term %d grace ends in %v: %+v\n", name, t.Term(), t.GraceEnd().Sub(now), t.List(now))
+		}
+	}
+	return b.String()
+}
+
+// checkServed asserts liveness once the cluster has healed and a leader
+// leads: every name some running node waits for is held by someone within
+// the bound (the new leader's grace, then a grant).
+func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
+	wanted := map[string]bool{}
+	leader := s.leader()
+	linked := func(a, b string) bool {
+		return a == b || s.reach(a, b) && s.reach(b, a) && !s.peerCut[[2]string{a, b}] && !s.peerCut[[2]string{b, a}]
+	}
+	for _, node := range s.order {
+		n := s.nodes[node]
+		if !n.up || n.paused || !linked(node, leader) {
+			continue
+		}
+		for _, w := range n.c.claims.Waiting() {
+			wanted[w.Name] = true // a try-once claim is refused and gone by now
+		}
+	}
+	served := func() bool {
+		held := map[string]bool{}
+		for _, name := range s.order {
+			n := s.nodes[name]
+			if n.up {
+				for _, h := range n.c.claims.Holding(s.local(n, s.now)) {
+					held[h.Name] = true
+				}
+			}
+		}
+		for name := range wanted {
+			if !held[name] {
+				return false
+			}
+		}
+		return true
+	}
+	for end := s.now.Add(bound); !served(); s.tick() {
+		if !s.now.Before(end) {
+			s.t.Fatalf("named: waiters for %v not served within %v of healing\n%s%s", wanted, bound, s.dump(), ns.dump(s))
+		}
+	}
+}
+
+// TestNamedLeasesAcrossFailover: a lock held across a crash of the leader
+// stays with its holder (re-claimed from the new leader), and a waiter
+// gets it when the holder drops it.
+func TestNamedLeasesAcrossFailover(t *testing.T) {
+	s := newCsim(t, 7)
+	s.named = newNamedSim("db")
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	var holder, waiter string
+	for _, name := range s.order {
+		if name != l && holder == "" {
+			holder = name
+		} else if name != l {
+			waiter = name
+		}
+	}
+	hn, wn := s.nodes[holder], s.nodes[waiter]
+	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(holder)
+	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
+	tok, _, ok := hn.c.claims.Valid(s.local(hn, s.now), "db", 1)
+	if !ok {
+		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
+	}
+	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(waiter)
+	s.crash(l)
+	s.run(4 * s.ttl)
+	if got, _, ok := hn.c.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
+		t.Fatalf("after the leader's crash %s holds db: %v token %#x, want token %#x\n%s", holder, ok, got, tok, s.dump())
+	}
+	if _, _, ok := wn.c.claims.Valid(s.local(wn, s.now), "db", 2); ok {
+		t.Fatalf("the waiter %s holds db too", waiter)
+	}
+	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
+	s.collect(holder)
+	s.run(500 * time.Millisecond)
+	got, _, ok := wn.c.claims.Valid(s.local(wn, s.now), "db", 2)
+	if !ok || got <= tok {
+		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s", waiter, ok, got, tok, s.dump())
+	}
+}

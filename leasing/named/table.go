@@ -1,0 +1,403 @@
+package named
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// Config bounds what a Table accepts.
+type Config struct {
+	// MinTTL and MaxTTL bound a lease's TTL. A later leader's grace must
+	// be at least MaxTTL.
+	MinTTL, MaxTTL time.Duration
+	// MaxNames bounds the names with a holder or a waiter (default 10000).
+	MaxNames int
+	// MaxWaiters bounds one name's queue (default 1000).
+	MaxWaiters int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxNames <= 0 {
+		c.MaxNames = 10000
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 1000
+	}
+	return c
+}
+
+// Table is the leader's table of named leases for one term: who holds each
+// name with which token until when (on the leader's clock), and who waits.
+// It is deterministic over the caller's clock and not safe for concurrent
+// use; the agent's driver owns it while the node leads, and drops it when
+// the term ends (the next leader starts a table of its own).
+type Table struct {
+	cfg      Config
+	term     uint64
+	grants   uint32    // grants made this term: the low half of the next token
+	graceEnd time.Time // before it, only re-claims are granted
+	names    map[string]*entry
+}
+
+// entry is one name.
+type entry struct {
+	policy  Policy
+	held    bool
+	holder  Holder
+	token   uint64
+	ttl     time.Duration
+	expiry  time.Time // on the leader's clock
+	adopted bool      // re-claimed from an earlier term
+	waiters []waiter
+}
+
+// waiter is a queued acquire; it stays queued while its agent repeats it.
+type waiter struct {
+	who    Holder
+	seq    uint64 // of its latest request: a grant counts from its send time
+	ttl    time.Duration
+	policy Policy
+	expiry time.Time // dropped unless refreshed before
+}
+
+// NewTable returns the table of the term with epoch term, which started
+// (its lease won) at now. It grants names nobody re-claims only from
+// now+grace on: grace must be at least the longest TTL any earlier leader
+// can have granted (derived from the lease TTLs the voters recorded, see
+// leasing.Round.LongestTTL).
+func NewTable(cfg Config, term uint64, now time.Time, grace time.Duration) *Table {
+	return &Table{cfg: cfg.withDefaults(), term: term, graceEnd: now.Add(grace), names: map[string]*entry{}}
+}
+
+// Term returns the epoch of the table's term.
+func (t *Table) Term() uint64 { return t.term }
+
+// GraceEnd returns when the table starts granting names nobody re-claimed.
+func (t *Table) GraceEnd() time.Time { return t.graceEnd }
+
+// Handle answers req, received at now. Besides the reply it returns the
+// grants the request made to others (a release hands the name to the next
+// waiter), to be pushed to their agents.
+func (t *Table) Handle(now time.Time, req Request) (Reply, []Reply) {
+	rep := Reply{Seq: req.Seq, Term: t.term, Name: req.Name, Holder: req.Holder}
+	if req.Term != t.term {
+		rep.Code, rep.Message = CodeNotLeader, fmt.Sprintf("this node leads term %d, not %d", t.term, req.Term)
+		return rep, nil
+	}
+	if msg := t.invalid(req); msg != "" {
+		rep.Code, rep.Message = CodeInvalid, msg
+		return rep, nil
+	}
+	switch req.Op {
+	case OpAcquire:
+		return t.acquire(now, req, rep)
+	case OpRenew:
+		return t.renew(now, req, rep), nil
+	default:
+		return t.release(now, req, rep)
+	}
+}
+
+// invalid says what is wrong with req, or "".
+func (t *Table) invalid(req Request) string {
+	if err := CheckName(req.Name); err != nil {
+		return err.Error()
+	}
+	switch {
+	case req.Op < OpAcquire || req.Op > OpRelease:
+		return fmt.Sprintf("unknown op %d", req.Op)
+	case req.Holder.Node.Name == "":
+		return "no holder"
+	case req.Op != OpRelease && (req.TTL < t.cfg.MinTTL || req.TTL > t.cfg.MaxTTL):
+		return fmt.Sprintf("ttl %v is not between %v and %v", req.TTL, t.cfg.MinTTL, t.cfg.MaxTTL)
+	case req.Policy > Spread:
+		return fmt.Sprintf("unknown policy %d", req.Policy)
+	case t.term > MaxEpoch:
+		return fmt.Sprintf("epoch %d is beyond the tokens of named leases (at most %d)", t.term, uint64(MaxEpoch))
+	}
+	return ""
+}
+
+func (t *Table) acquire(now time.Time, req Request, rep Reply) (Reply, []Reply) {
+	e := t.names[req.Name]
+	if e == nil {
+		if len(t.names) >= t.cfg.MaxNames {
+			rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("the leader holds its limit of %d names", t.cfg.MaxNames)
+			return rep, nil
+		}
+		e = &entry{policy: req.Policy}
+		t.names[req.Name] = e
+	}
+	t.expire(now, req.Name, e)
+	if e.held && e.holder == req.Holder {
+		// The holder asking again (its grant's reply was lost): a renewal.
+		req.Token = e.token
+		return t.renew(now, req, rep), nil
+	}
+	if !e.held && len(e.waiters) == 0 && !now.Before(t.graceEnd) {
+		return t.grant(now, e, req.Name, waiter{who: req.Holder, seq: req.Seq, ttl: req.TTL, policy: req.Policy}), nil
+	}
+	if !req.Wait {
+		t.drop(req.Name, e)
+		rep.Code, rep.Current = CodeBusy, e.holder.Node.Name
+		if !e.held && now.Before(t.graceEnd) {
+			rep.Message = fmt.Sprintf("the leader changed: names not re-claimed by their holders are granted in %v",
+				t.graceEnd.Sub(now).Round(time.Millisecond))
+		}
+		return rep, nil
+	}
+	e.enqueue(waiter{who: req.Holder, seq: req.Seq, ttl: req.TTL, policy: req.Policy, expiry: now.Add(req.TTL)})
+	if len(e.waiters) > t.cfg.MaxWaiters {
+		e.waiters = e.waiters[:len(e.waiters)-1]
+		rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("%d waiters already queue for %q", t.cfg.MaxWaiters, req.Name)
+		return rep, nil
+	}
+	pushes := t.next(now, req.Name, e)
+	for i, p := range pushes {
+		if p.Holder == req.Holder {
+			return p, slices.Delete(pushes, i, i+1)
+		}
+	}
+	rep.Code, rep.Position, rep.Current = CodeQueued, e.position(req.Holder), e.holder.Node.Name
+	return rep, pushes
+}
+
+// enqueue adds w to the end of the queue, or refreshes its place.
+func (e *entry) enqueue(w waiter) {
+	for i := range e.waiters {
+		if e.waiters[i].who == w.who {
+			e.waiters[i] = w
+			return
+		}
+	}
+	e.waiters = append(e.waiters, w)
+}
+
+func (e *entry) position(h Holder) int {
+	for i, w := range e.waiters {
+		if w.who == h {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func (t *Table) renew(now time.Time, req Request, rep Reply) Reply {
+	e := t.names[req.Name]
+	if e != nil {
+		t.expire(now, req.Name, e)
+	}
+	switch {
+	case e != nil && e.held && e.holder == req.Holder && e.token == req.Token:
+		e.expiry, e.ttl = now.Add(req.TTL), req.TTL
+		rep.Code, rep.Token, rep.TTL = CodeGranted, e.token, req.TTL
+		return rep
+	case e != nil && e.held:
+		rep.Code, rep.Current = CodeLost, e.holder.Node.Name
+		return rep
+	case now.Before(t.graceEnd) && req.Token != 0 && TokenEpoch(req.Token) < t.term:
+		// A re-claim: sent after its holder learnt of this term, while its
+		// lease from an earlier term was valid. No other holder of the
+		// name can still be valid (package doc), so it is adopted.
+		if e == nil {
+			if len(t.names) >= t.cfg.MaxNames {
+				rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("the leader holds its limit of %d names", t.cfg.MaxNames)
+				return rep
+			}
+			e = &entry{policy: req.Policy}
+			t.names[req.Name] = e
+		}
+		e.held, e.holder, e.token, e.ttl, e.expiry, e.adopted = true, req.Holder, req.Token, req.TTL, now.Add(req.TTL), true
+		e.remove(req.Holder)
+		rep.Code, rep.Token, rep.TTL = CodeGranted, e.token, req.TTL
+		return rep
+	}
+	rep.Code, rep.Message = CodeLost, "not held (it ran out, or was released)"
+	return rep
+}
+
+func (t *Table) release(now time.Time, req Request, rep Reply) (Reply, []Reply) {
+	rep.Code = CodeReleased
+	e := t.names[req.Name]
+	if e == nil {
+		return rep, nil
+	}
+	if e.held && e.holder == req.Holder && (req.Token == 0 || req.Token == e.token) {
+		e.held, e.holder = false, Holder{}
+	}
+	e.remove(req.Holder)
+	pushes := t.next(now, req.Name, e)
+	t.drop(req.Name, e)
+	return rep, pushes
+}
+
+func (e *entry) remove(h Holder) {
+	e.waiters = slices.DeleteFunc(e.waiters, func(w waiter) bool { return w.who == h })
+}
+
+// drop forgets a name nobody holds or waits for.
+func (t *Table) drop(name string, e *entry) {
+	if !e.held && len(e.waiters) == 0 {
+		delete(t.names, name)
+	}
+}
+
+// expire ends a lease and drops waiters whose time ran out at now.
+func (t *Table) expire(now time.Time, name string, e *entry) {
+	if e.held && !now.Before(e.expiry) {
+		e.held, e.holder = false, Holder{}
+	}
+	e.waiters = slices.DeleteFunc(e.waiters, func(w waiter) bool { return !now.Before(w.expiry) })
+}
+
+// next grants a free name to the waiter its policy picks, after the grace.
+func (t *Table) next(now time.Time, name string, e *entry) []Reply {
+	if e.held || len(e.waiters) == 0 || now.Before(t.graceEnd) {
+		return nil
+	}
+	i := 0
+	if e.waiters[0].policy == Spread {
+		i = t.pick(name, e.waiters)
+	}
+	w := e.waiters[i]
+	e.waiters = slices.Delete(e.waiters, i, i+1)
+	return []Reply{t.grant(now, e, name, w)}
+}
+
+// grant gives name to w.
+func (t *Table) grant(now time.Time, e *entry, name string, w waiter) Reply {
+	rep := Reply{Seq: w.seq, Term: t.term, Name: name, Holder: w.who}
+	if t.grants == 1<<32-1 {
+		rep.Code, rep.Message = CodeInvalid, "this term has used all its tokens; a new term (tenure resign on the leader) starts over"
+		return rep
+	}
+	t.grants++
+	e.held, e.holder, e.token, e.ttl, e.expiry, e.adopted, e.policy = true, w.who, Token(t.term, t.grants), w.ttl, now.Add(w.ttl), false, w.policy
+	rep.Code, rep.Token, rep.TTL = CodeGranted, e.token, w.ttl
+	return rep
+}
+
+// pick returns the index of the Spread waiter to grant: on the node that
+// holds the fewest Spread leases, ties broken by the highest rendezvous
+// hash of (name, node), so that different names land on different nodes
+// and a name's choice does not depend on the queue's order.
+func (t *Table) pick(name string, ws []waiter) int {
+	load := map[string]int{}
+	for _, e := range t.names {
+		if e.held && e.policy == Spread {
+			load[e.holder.Node.Name]++
+		}
+	}
+	best := 0
+	for i := 1; i < len(ws); i++ {
+		a, b := ws[i], ws[best]
+		la, lb := load[a.who.Node.Name], load[b.who.Node.Name]
+		if la < lb || la == lb && rendezvous(name, a.who.Node) > rendezvous(name, b.who.Node) {
+			best = i
+		}
+	}
+	return best
+}
+
+func rendezvous(name string, n leasing.Node) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%d", name, n.Name, n.ID)
+	return h.Sum64()
+}
+
+// Tick ends the leases and waits that ran out by now and grants the names
+// that became free; it returns the grants, to be pushed to their agents.
+func (t *Table) Tick(now time.Time) []Reply {
+	var pushes []Reply
+	for _, name := range t.sorted() {
+		e := t.names[name]
+		t.expire(now, name, e)
+		pushes = append(pushes, t.next(now, name, e)...)
+		t.drop(name, e)
+	}
+	return pushes
+}
+
+// DropNode removes every waiter on node (its agent failed or left): no
+// grant goes to a node that cannot use it. Held leases stay until they run
+// out: a node gossip calls failed may only be cut off, still acting.
+func (t *Table) DropNode(now time.Time, node string) []Reply {
+	var pushes []Reply
+	for _, name := range t.sorted() {
+		e := t.names[name]
+		e.waiters = slices.DeleteFunc(e.waiters, func(w waiter) bool { return w.who.Node.Name == node })
+		pushes = append(pushes, t.next(now, name, e)...)
+		t.drop(name, e)
+	}
+	return pushes
+}
+
+func (t *Table) sorted() []string {
+	names := make([]string, 0, len(t.names))
+	for n := range t.names {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Info describes one name, for listings.
+type Info struct {
+	Name      string
+	Policy    Policy
+	Held      bool
+	Holder    Holder
+	Token     uint64
+	Remaining time.Duration // of the holder's lease, on the leader's clock
+	Adopted   bool          // re-claimed from an earlier term
+	Waiters   []Holder
+}
+
+// List describes every name with a holder or a waiter at now, by name.
+func (t *Table) List(now time.Time) []Info {
+	var out []Info
+	for _, name := range t.sorted() {
+		e := t.names[name]
+		t.expire(now, name, e)
+		if !e.held && len(e.waiters) == 0 {
+			continue
+		}
+		in := Info{Name: name, Policy: e.policy, Held: e.held, Adopted: e.adopted}
+		if e.held {
+			in.Holder, in.Token, in.Remaining = e.holder, e.token, e.expiry.Sub(now)
+		}
+		for _, w := range e.waiters {
+			in.Waiters = append(in.Waiters, w.who)
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// Next returns the earliest instant the table needs a Tick (a lease or a
+// wait running out, the grace ending while someone waits), or zero.
+func (t *Table) Next() time.Time {
+	var next time.Time
+	early := func(at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	for _, e := range t.names {
+		if e.held {
+			early(e.expiry)
+		}
+		for _, w := range e.waiters {
+			early(w.expiry)
+		}
+		if len(e.waiters) > 0 {
+			early(t.graceEnd)
+		}
+	}
+	return next
+}
