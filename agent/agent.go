@@ -35,6 +35,11 @@ type Agent struct {
 	counts  counters
 	book    addrBook // peer addresses by member name
 
+	// Lock sessions of socket clients (named.go), the driver's; session
+	// IDs start from the start time so a restart does not reuse them.
+	sessions    map[uint64]*lockSession
+	lastSession uint64
+
 	peers   *gossip.Transport
 	members *gossip.Membership
 	server  *rpc.Server
@@ -87,14 +92,16 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:        cfg,
-		log:        cfg.Logger.With("node", cfg.Name),
-		events:     newBroadcaster(),
-		runners:    newRunnerSet(),
-		inbox:      make(chan func()),
-		loopDone:   make(chan struct{}),
-		memberSync: memberSync{interval: cfg.TickInterval},
-		done:       make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger.With("node", cfg.Name),
+		events:      newBroadcaster(),
+		runners:     newRunnerSet(),
+		inbox:       make(chan func()),
+		loopDone:    make(chan struct{}),
+		sessions:    map[uint64]*lockSession{},
+		lastSession: uint64(time.Now().UnixNano()),
+		memberSync:  memberSync{interval: cfg.TickInterval},
+		done:        make(chan struct{}),
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if err := a.start(); err != nil {

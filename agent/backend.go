@@ -230,3 +230,9 @@ func (a *Agent) Keys(ctx context.Context, req rpc.KeysRequest) (rpc.KeyringInfo,
 	}
 	return info, fmt.Errorf("%w: %v", rpc.ErrInternal, err)
 }
+
+func (b backend) Lock(ctx context.Context, req rpc.LockRequest) (rpc.LockSession, error) {
+	return b.a.Lock(ctx, req)
+}
+
+func (b backend) Locks(ctx context.Context) ([]rpc.LockInfo, error) { return b.a.Locks(ctx) }

@@ -27,6 +27,7 @@ const (
 // loop is the driver goroutine: it alone touches a.core.
 func (a *Agent) loop() {
 	defer close(a.loopDone)
+	defer a.endAllSessions()
 	ticker := newTicker(a.cfg.TickInterval)
 	defer ticker.stop()
 	a.syncMembers()
@@ -190,6 +191,7 @@ func (a *Agent) flush() *sync.WaitGroup {
 	deadline := a.publishedDeadline()
 	a.publishStatus(now)
 	a.settleStop(now, deadline)
+	a.dispatchNamed(now)
 	for _, msg := range a.core.ready() {
 		a.send(msg, &sent)
 	}

@@ -130,6 +130,9 @@ func (c *conn) next() bool {
 	if req.Op == OpWatch {
 		return c.watch(req)
 	}
+	if req.Op == OpLock {
+		return c.lock(req)
+	}
 	return c.answer(req)
 }
 

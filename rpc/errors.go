@@ -17,6 +17,8 @@ const (
 	CodeUnknownOp       = "unknown_op"
 	CodeInvalidArgument = "invalid_argument"
 	CodeNotFound        = "not_found"
+	CodeTimeout         = "timeout"
+	CodeLost            = "lost"
 	CodeInternal        = "internal"
 
 	// Errors after which the server closes the connection.
@@ -77,6 +79,11 @@ var (
 	ErrBusy = errors.New("rpc: too many connections")
 	// ErrNotFound: the named thing (such as a voter) does not exist.
 	ErrNotFound = errors.New("rpc: not found")
+	// ErrTimeout: a named lease was not granted within the wait (or, tried
+	// once, is held).
+	ErrTimeout = errors.New("rpc: timed out")
+	// ErrLost: a named lease was lost (not renewed in time).
+	ErrLost = errors.New("rpc: lease lost")
 	// ErrTooSlow: a watcher fell too far behind and its stream was ended.
 	ErrTooSlow = errors.New("rpc: watcher too slow")
 	// ErrAgentUnreachable: nothing answers at the socket path. Returned by
@@ -88,7 +95,7 @@ var (
 // server tries them when it maps a Backend error to a code.
 func knownCodes() []string {
 	return []string{CodeNoLeader, CodeNotLeader, CodeUnknownOp, CodeInvalidArgument, CodeBadRequest,
-		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound, CodeTooSlow}
+		CodeFrameTooLarge, CodeUnsupportedVersion, CodeShuttingDown, CodeInternal, CodeBusy, CodeNotFound, CodeTooSlow, CodeTimeout, CodeLost}
 }
 
 // sentinel returns the sentinel error for code, or nil for an unknown code.
@@ -118,6 +125,10 @@ func sentinel(code string) error {
 		return ErrNotFound
 	case CodeTooSlow:
 		return ErrTooSlow
+	case CodeTimeout:
+		return ErrTimeout
+	case CodeLost:
+		return ErrLost
 	}
 	return nil
 }

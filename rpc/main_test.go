@@ -129,6 +129,12 @@ func (f *fakeBackend) Drain(_ context.Context, req DrainRequest) error {
 	return nil
 }
 
+func (f *fakeBackend) Lock(context.Context, LockRequest) (LockSession, error) {
+	return LockSession{}, fmt.Errorf("%w: the fake has no locks", ErrInvalidArgument)
+}
+
+func (f *fakeBackend) Locks(context.Context) ([]LockInfo, error) { return nil, ErrNoLeader }
+
 func (f *fakeBackend) Transfer(_ context.Context, name string) error {
 	if name != "n2" {
 		return fmt.Errorf("agent: transfer: %w: %q", ErrNotFound, name)

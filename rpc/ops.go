@@ -42,6 +42,8 @@ func unary(op string) unaryHandler {
 		return opDrain
 	case OpTransfer:
 		return opTransfer
+	case OpLocks:
+		return opLocks
 	case OpStopped, OpRunning:
 		return opStopped
 	}

@@ -72,6 +72,22 @@ const (
 	// not_found when no live member has the name, bad_request when it may
 	// not lead.
 	OpTransfer = "transfer"
+	// OpLock turns the connection into a lock session for a named lease
+	// (docs/PROTOCOL.md section 6.12). Request body: LockRequest; stream
+	// frames: LockEvent.
+	OpLock = "lock"
+	// OpLockRenew is sent by the client on its lock session, and only
+	// there, at least once per TTL: the agent keeps renewing the lease
+	// only while the client does. No body; the agent answers with a
+	// renewed event.
+	OpLockRenew = "lock-renew"
+	// OpRelease is sent by the client on its lock session to release the
+	// lease (or leave the queue); the agent ends the session with a
+	// released frame.
+	OpRelease = "release"
+	// OpLocks lists the leader's named leases ([]LockInfo). No request
+	// body. Fails with no_leader when no leader is known.
+	OpLocks = "locks"
 )
 
 // Hello is the first frame a client sends.

@@ -218,6 +218,11 @@ type Backend interface {
 	// called Cancel; they must not block. An error wrapping ErrInvalidArgument
 	// refuses the registration (a grace the Backend will not accept).
 	WatchRunner(ctx context.Context, reg RunnerRegistration) (RunnerSubscription, error)
+	// Lock starts a lock session for a named lease (see LockSession);
+	// errors wrap ErrInvalidArgument (a bad name or TTL, available mode).
+	Lock(ctx context.Context, req LockRequest) (LockSession, error)
+	// Locks lists the leader's named leases; errors wrap ErrNoLeader.
+	Locks(ctx context.Context) ([]LockInfo, error)
 	// Check answers whether epoch is this node's live term.
 	Check(ctx context.Context, epoch uint64) (CheckResult, error)
 	// ForceLeave removes a voter from the roster through the leader.

@@ -108,6 +108,10 @@ func (f *fakeAgent) Members(context.Context) ([]rpc.Member, error) { return []rp
 func (f *fakeAgent) Resign(context.Context, rpc.ResignRequest) error { return rpc.ErrNotLeader }
 func (f *fakeAgent) Drain(context.Context, rpc.DrainRequest) error   { return nil }
 func (f *fakeAgent) Transfer(context.Context, string) error          { return rpc.ErrNoLeader }
+func (f *fakeAgent) Lock(context.Context, rpc.LockRequest) (rpc.LockSession, error) {
+	return rpc.LockSession{}, rpc.ErrInvalidArgument
+}
+func (f *fakeAgent) Locks(context.Context) ([]rpc.LockInfo, error) { return nil, rpc.ErrNoLeader }
 
 func (f *fakeAgent) Check(context.Context, uint64) (rpc.CheckResult, error) {
 	return rpc.CheckResult{}, nil
