@@ -470,7 +470,7 @@ func checkErrorTable(t *testing.T) {
 	names := map[error]string{ErrNoLeader: "ErrNoLeader", ErrNotLeader: "ErrNotLeader", ErrUnknownOp: "ErrUnknownOp",
 		ErrInvalidArgument: "ErrInvalidArgument", ErrNotFound: "ErrNotFound", ErrInternal: "ErrInternal",
 		ErrBadRequest: "ErrBadRequest", ErrFrameTooLarge: "ErrFrameTooLarge", ErrUnsupportedVersion: "ErrUnsupportedVersion",
-		ErrBusy: "ErrBusy", ErrShuttingDown: "ErrShuttingDown", ErrTooSlow: "ErrTooSlow"}
+		ErrBusy: "ErrBusy", ErrShuttingDown: "ErrShuttingDown", ErrTooSlow: "ErrTooSlow", ErrTimeout: "ErrTimeout", ErrLost: "ErrLost"}
 	seen := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(s[start:end], -1) {
 		code, name, conn := m[1], m[2], m[3]
