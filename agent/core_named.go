@@ -175,6 +175,14 @@ func (c *core) namedDrop(now time.Time, name string, session uint64) {
 	}
 }
 
+// namedAbandon ends a local session's claim on name; a held lease is not
+// released but left to run out at the leader (Claims.Abandon).
+func (c *core) namedAbandon(now time.Time, name string, session uint64) {
+	if r, ok := c.claims.Abandon(now, name, session); ok {
+		c.sendNamed(now, r)
+	}
+}
+
 // namedDropSession ends every claim of a local session.
 func (c *core) namedDropSession(now time.Time, session uint64) {
 	for _, r := range c.claims.DropSession(now, session) {

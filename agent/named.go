@@ -75,7 +75,8 @@ func (a *Agent) Lock(ctx context.Context, req rpc.LockRequest) (rpc.LockSession,
 		Events:  s.events,
 		End:     func() error { return s.end },
 		Renew:   func() { a.post(func() { a.renewSession(s) }) },
-		Release: func() { a.post(func() { a.endSession(s, nil) }) },
+		Release: func() { a.post(func() { a.releaseSession(s) }) },
+		Close:   func() { a.post(func() { a.endSession(s, errSessionClosed) }) },
 	}, nil
 }
 
@@ -98,14 +99,36 @@ func (a *Agent) renewSession(s *lockSession) {
 	}
 }
 
-// endSession ends a session: its claim is dropped (released at the
-// leader), its events channel closed with err as the end.
+// errSessionClosed ends a session whose connection closed.
+var errSessionClosed = errors.New("agent: the lock session's connection closed")
+
+// releaseSession ends a session at its client's request: a held lease is
+// released at the leader at once, so the next waiter need not wait.
+func (a *Agent) releaseSession(s *lockSession) {
+	if a.sessions[s.id] != s {
+		return
+	}
+	a.core.namedDrop(a.cfg.Clock.Now(), s.name, s.id)
+	a.closeSession(s, nil)
+}
+
+// endSession ends a session for any other reason than its client's
+// release (a loss, a closed connection, a client that stopped renewing,
+// the agent stopping): a waiting claim leaves the queue, but a held lease
+// is not released, only left to run out at the leader, since the client's
+// work may still be stopping (the same rule as for a term's release,
+// docs/DESIGN.md §4).
 func (a *Agent) endSession(s *lockSession, err error) {
 	if a.sessions[s.id] != s {
 		return
 	}
+	a.core.namedAbandon(a.cfg.Clock.Now(), s.name, s.id)
+	a.closeSession(s, err)
+}
+
+// closeSession forgets s and closes its events with err as the end.
+func (a *Agent) closeSession(s *lockSession, err error) {
 	delete(a.sessions, s.id)
-	a.core.namedDrop(a.cfg.Clock.Now(), s.name, s.id)
 	s.once.Do(func() {
 		s.end = err
 		close(s.events)

@@ -93,13 +93,17 @@ type LockInfo struct {
 // reads Events and sends each as a stream frame until the channel closes;
 // End (set before the close) then says how the session ended: nil after a
 // release, else an error wrapping ErrTimeout, ErrLost, ErrInvalidArgument
-// or ErrNoLeader. Renew and Release may be called from another goroutine
-// and must not block; Release is idempotent and the server always calls it.
+// or ErrNoLeader. Renew answers the client's lock-renew, Release its
+// release frame (the lease is released at once); Close ends the session
+// when the connection ends without a release: a held lease is then left
+// to run out, since the client's work may still be running. None of them
+// may block; the server calls Close last, always.
 type LockSession struct {
 	Events  <-chan LockEvent
 	End     func() error
 	Renew   func()
 	Release func()
+	Close   func()
 }
 
 // lock serves a lock session on the connection.
@@ -113,7 +117,7 @@ func (c *conn) lock(req Request) bool {
 	if err != nil {
 		return c.fail(req.Seq, c.backendError(OpLock, err))
 	}
-	defer sess.Release()
+	defer sess.Close()
 	peer := make(chan error, 1)
 	reader := make(chan struct{})
 	c.srv.wg.Add(1)
@@ -153,8 +157,8 @@ func (c *conn) lockStream(seq uint64, sess LockSession, peer <-chan error) *Erro
 				return nil
 			}
 		case err := <-peer:
-			sess.Release()
 			if errors.Is(err, errLockReleased) {
+				peer = nil
 				continue // the events channel closes next
 			}
 			return c.peerEnded(err)

@@ -44,9 +44,14 @@ type child struct {
 
 // startChild starts the command for t.
 func startChild(cfg Config, t term) (*child, error) {
+	return startChildEnv(cfg, t, environ(cfg.Env, t))
+}
+
+// startChildEnv starts the command for t with the environment env.
+func startChildEnv(cfg Config, t term, env []string) (*child, error) {
 	c := &child{term: t, exited: make(chan struct{})}
 	c.cmd = command(cfg)
-	c.cmd.Env = environ(cfg.Env, t)
+	c.cmd.Env = env
 	c.cmd.SysProcAttr = procgroup.AttrDying()
 	var writers []*os.File
 	var err error

@@ -43,6 +43,8 @@ func newApp() *cli.App {
 			watchCommand(),
 			resignCommand(),
 			runCommand(),
+			lockCommand(),
+			locksCommand(),
 			forceLeaveCommand(),
 			drainCommand(),
 			transferCommand(),

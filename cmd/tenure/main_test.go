@@ -72,6 +72,12 @@ func tenureEnv(t *testing.T, env []string, args ...string) (string, string, int)
 // startAgents runs n in-process agents on 127.0.0.1 and returns their
 // socket paths, highest ID last.
 func startAgents(t *testing.T, n int, edit func(*agent.Config)) []string {
+	return startAgentsWith(t, n, edit, nil)
+}
+
+// startAgentsWith is startAgents that also appends the agents to out,
+// when given, so a test can crash one (Halt).
+func startAgentsWith(t *testing.T, n int, edit func(*agent.Config), out *[]*agent.Agent) []string {
 	dir, err := os.MkdirTemp("", "tenure-cli-")
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +105,9 @@ func startAgents(t *testing.T, n int, edit func(*agent.Config)) []string {
 			t.Fatal(err)
 		}
 		t.Cleanup(a.Halt)
+		if out != nil {
+			*out = append(*out, a)
+		}
 		if seed == "" {
 			seed = a.GossipAddr()
 		}

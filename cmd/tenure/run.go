@@ -23,6 +23,8 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the lease margin kept before the deadline; keep it well under two thirds of the agent's --lease-ttl", EnvVars: env("grace")},
 			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
 			&cli.BoolFlag{Name: "once", Usage: "exit when CMD exits while leading, with its exit code"},
+			&cli.StringFlag{Name: "task", Usage: "run CMD as the singleton task `NAME` instead of where the cluster leader is: the leader places each task on one of the hosts running `tenure run --task NAME`, spreading tasks over hosts; CMD gets TENURE_TASK and TENURE_TOKEN"},
+			&cli.DurationFlag{Name: "ttl", Usage: "with --task: the task lease's TTL", DefaultText: "twice the agent's --lease-ttl"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		},
 		Action: runSupervised,
@@ -36,6 +38,12 @@ func runSupervised(c *cli.Context) error {
 	}
 	if c.Bool("shell") && len(args) != 1 {
 		return fail(2, "tenure run --shell: give the script as one quoted argument")
+	}
+	if task := c.String("task"); task != "" {
+		if c.Bool("once") {
+			return fail(2, "tenure run --task: --once is for leader-bound commands; a task runs until stopped")
+		}
+		return runLocked(c, supervise.LockConfig{Name: task, Task: true, TTL: c.Duration("ttl")}, args, "tenure run --task")
 	}
 	logger, err := newLogger(c.String("log-level"), false)
 	if err != nil {

@@ -117,6 +117,19 @@ func (c *Claims) Drop(now time.Time, name string, session uint64) (Request, bool
 	return c.request(now, OpRelease, name, session, cl), true
 }
 
+// Abandon ends a session's claim on name without releasing a held lease:
+// the leader lets it run out, so whatever the session started has its TTL
+// to stop before anyone else is granted the name. A claim that waits
+// leaves the queue (the release returned, if a leader is known).
+func (c *Claims) Abandon(now time.Time, name string, session uint64) (Request, bool) {
+	cl, ok := c.claims[key{name, session}]
+	if ok && cl.held {
+		delete(c.claims, key{name, session})
+		return Request{}, false
+	}
+	return c.Drop(now, name, session)
+}
+
 // DropSession ends every claim of session and returns their releases.
 func (c *Claims) DropSession(now time.Time, session uint64) []Request {
 	var out []Request

@@ -19,6 +19,10 @@ type Config struct {
 	MaxNames int
 	// MaxWaiters bounds one name's queue (default 1000).
 	MaxWaiters int
+	// Gather is how long a free Spread name waits, from its first waiter,
+	// for the other candidates to ask before the leader places it
+	// (default 1s): tasks started on every host at once then spread.
+	Gather time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -27,6 +31,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaiters <= 0 {
 		c.MaxWaiters = 1000
+	}
+	if c.Gather <= 0 {
+		c.Gather = time.Second
 	}
 	return c
 }
@@ -54,6 +61,9 @@ type entry struct {
 	expiry  time.Time // on the leader's clock
 	adopted bool      // re-claimed from an earlier term
 	waiters []waiter
+	// gathered is when a free Spread name may first be placed: Gather
+	// after its first waiter came.
+	gathered time.Time
 }
 
 // waiter is a queued acquire; it stays queued while its agent repeats it.
@@ -139,8 +149,11 @@ func (t *Table) acquire(now time.Time, req Request, rep Reply) (Reply, []Reply) 
 		req.Token = e.token
 		return t.renew(now, req, rep), nil
 	}
-	if !e.held && len(e.waiters) == 0 && !now.Before(t.graceEnd) {
+	if !e.held && len(e.waiters) == 0 && !now.Before(t.graceEnd) && req.Policy == FIFO {
 		return t.grant(now, e, req.Name, waiter{who: req.Holder, seq: req.Seq, ttl: req.TTL, policy: req.Policy}), nil
+	}
+	if !e.held && len(e.waiters) == 0 {
+		e.gathered = now.Add(t.cfg.Gather)
 	}
 	if !req.Wait {
 		t.drop(req.Name, e)
@@ -262,6 +275,9 @@ func (t *Table) next(now time.Time, name string, e *entry) []Reply {
 	}
 	i := 0
 	if e.waiters[0].policy == Spread {
+		if now.Before(e.gathered) {
+			return nil
+		}
 		i = t.pick(name, e.waiters)
 	}
 	w := e.waiters[i]
@@ -397,6 +413,9 @@ func (t *Table) Next() time.Time {
 		}
 		if len(e.waiters) > 0 {
 			early(t.graceEnd)
+			if !e.gathered.IsZero() {
+				early(e.gathered)
+			}
 		}
 	}
 	return next

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/tenurehq/tenure/agent/supervise"
+	"github.com/tenurehq/tenure/rpc"
+)
+
+func lockCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "lock",
+		Usage: "run a command while holding a named lock of the cluster; stop it before the lock can end",
+		Description: "Waits for the lock NAME (held by one process in the whole cluster at a time), runs CMD with\n" +
+			"TENURE_LOCK and TENURE_TOKEN (a fencing token that grows with every grant of NAME) in its\n" +
+			"environment, renews the lock while CMD runs, and releases it when CMD exits. If a renewal\n" +
+			"fails, CMD's process group is stopped (SIGTERM, SIGKILL after --grace) before the lock can end.\n" +
+			"Exit codes: CMD's own when it ran; 3 not acquired within --timeout (or, with --timeout 0,\n" +
+			"held); 4 no quorum or no leader; 5 the lock was lost and CMD stopped; 2 usage or refused.",
+		ArgsUsage: "NAME -- CMD [ARGS...]",
+		Flags: []cli.Flag{
+			socketFlag(),
+			&cli.DurationFlag{Name: "timeout", Value: -1, Usage: "how long to wait for the lock; 0 tries once", DefaultText: "as long as it takes"},
+			&cli.DurationFlag{Name: "ttl", Usage: "the lock's TTL: how long it outlives a holder that stops renewing", DefaultText: "twice the agent's --lease-ttl"},
+			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the margin kept before the lock's end", EnvVars: env("grace")},
+			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		},
+		Action: func(c *cli.Context) error {
+			args := c.Args().Slice()
+			if len(args) > 1 && args[1] == "--" { // NAME -- CMD: the flags ended at NAME
+				args = append(args[:1], args[2:]...)
+			}
+			if len(args) < 2 || strings.HasPrefix(args[0], "-") {
+				return fail(2, "tenure lock: give the lock's name and a command (usage: tenure lock [options] NAME -- CMD ARGS...)")
+			}
+			return runLocked(c, supervise.LockConfig{Name: args[0], TTL: c.Duration("ttl"), Wait: c.Duration("timeout")}, args[1:], "tenure lock")
+		},
+	}
+}
+
+// runLocked runs supervise.RunLocked for the lock and task commands.
+func runLocked(c *cli.Context, cfg supervise.LockConfig, command []string, what string) error {
+	if c.Bool("shell") && len(command) != 1 {
+		return fail(2, "%s --shell: give the script as one quoted argument", what)
+	}
+	logger, err := newLogger(c.String("log-level"), false)
+	if err != nil {
+		return fail(2, "%s: %v", what, err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cfg.Config = supervise.Config{
+		Socket:  c.String("socket"),
+		Command: command,
+		Shell:   c.Bool("shell"),
+		Grace:   c.Duration("grace"),
+		Logger:  logger,
+		Env:     append(os.Environ(), "TENURE_SOCKET="+c.String("socket")),
+	}
+	code, err := supervise.RunLocked(ctx, cfg)
+	if err != nil {
+		return fail(max(code, 1), "%s: %v", what, err)
+	}
+	if code != 0 {
+		return fail(code, "")
+	}
+	return nil
+}
+
+func locksCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "locks",
+		Usage: "list the named locks and tasks the leader holds, their holders, tokens and waiters",
+		Flags: []cli.Flag{socketFlag(), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+				ls, err := cl.Locks(ctx)
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(ls)
+				}
+				if len(ls) == 0 {
+					fmt.Fprintln(c.App.Writer, "no locks or tasks are held or waited for")
+					return nil
+				}
+				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NAME\tKIND\tHOLDER\tTOKEN\tREMAINING\tWAITERS")
+				for _, l := range ls {
+					holder, remaining := l.Holder, (time.Duration(l.RemainingMS) * time.Millisecond).String()
+					if holder == "" {
+						holder, remaining = "-", "-"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, l.Kind, holder, l.Token, remaining, strings.Join(l.Waiters, ","))
+				}
+				return w.Flush()
+			})
+		},
+	}
+}
