@@ -152,8 +152,9 @@ func (c *core) dropGoneWaiters(now time.Time) {
 	}
 }
 
-// namedWant starts a local session's claim on name.
-func (c *core) namedWant(now time.Time, name string, session uint64, ttl time.Duration, wait bool, p named.Policy) error {
+// namedWant starts a local session's claim on name (of group, for a
+// partition).
+func (c *core) namedWant(now time.Time, name string, session uint64, ttl time.Duration, wait bool, p named.Policy, group string) error {
 	if !c.quorumMode() {
 		return errNamedAvailable
 	}
@@ -163,7 +164,7 @@ func (c *core) namedWant(now time.Time, name string, session uint64, ttl time.Du
 	if ttl < MinNamedTTL || ttl > c.maxNamedTTL() {
 		return fmt.Errorf("%w: %v is not between %v and %v (%d times --lease-ttl)", errNamedTTL, ttl, MinNamedTTL, c.maxNamedTTL(), namedTTLFactor)
 	}
-	c.claims.Want(now, name, session, ttl, wait, p)
+	c.claims.Want(now, name, session, ttl, wait, p, group)
 	c.driveNamed(now)
 	return nil
 }

@@ -21,6 +21,15 @@ type namedSim struct {
 	sessions map[string][]namedSession // by node
 	last     map[string]uint64         // last token acquired, by name
 	acquired int                       // grants seen, for the log
+	revoked  []revoked                 // partitions to give back at the next step
+}
+
+// revoked is a partition the leader asked a session to give back.
+type revoked struct {
+	node    string
+	boot    int
+	name    string
+	session uint64
 }
 
 type namedSession struct {
@@ -53,11 +62,15 @@ func (ns *namedSim) random(s *csim) {
 	}
 	ns.session++
 	sess := namedSession{name: ns.names[s.rand.IntN(len(ns.names))], session: ns.session, wait: s.rand.IntN(4) != 0, boot: n.boots}
-	policy := named.FIFO
-	if s.rand.IntN(2) == 0 {
+	policy, group := named.FIFO, ""
+	switch s.rand.IntN(3) {
+	case 0:
 		policy = named.Spread
+	case 1: // a partition of group "grp"
+		policy, group, sess.wait = named.Share, "grp", true
+		sess.name = fmt.Sprintf("grp/%d", s.rand.IntN(4))
 	}
-	if err := n.c.namedWant(now, sess.name, sess.session, 2*s.ttl, sess.wait, policy); err != nil {
+	if err := n.c.namedWant(now, sess.name, sess.session, 2*s.ttl, sess.wait, policy, group); err != nil {
 		s.t.Fatalf("%s: want %s: %v", node, sess.name, err)
 	}
 	ns.sessions[node] = append(ns.sessions[node], sess)
@@ -78,6 +91,9 @@ func (ns *namedSim) forgetRestarted(n *cnode) {
 // collect checks what a node's sessions saw.
 func (ns *namedSim) collect(s *csim, n *cnode) {
 	for _, ev := range n.c.takeNamedEvents() {
+		if ev.Kind == named.Revoked {
+			ns.revoked = append(ns.revoked, revoked{node: n.name, boot: n.boots, name: ev.Name, session: ev.Session})
+		}
 		if ev.Kind != named.Acquired {
 			continue
 		}
@@ -87,6 +103,25 @@ func (ns *namedSim) collect(s *csim, n *cnode) {
 		}
 		ns.last[ev.Name] = ev.Token
 		ns.acquired++
+	}
+}
+
+// step gives back the partitions the leader revoked, as a member does
+// once it stopped using them, and asks for them again.
+func (ns *namedSim) step(s *csim) {
+	rs := ns.revoked
+	ns.revoked = nil
+	for _, r := range rs {
+		n := s.nodes[r.node]
+		if !n.up || n.paused || n.boots != r.boot {
+			continue
+		}
+		now := s.local(n, s.now)
+		n.c.namedDrop(now, r.name, r.session)
+		if err := n.c.namedWant(now, r.name, r.session, 2*s.ttl, true, named.Share, "grp"); err != nil {
+			s.t.Fatalf("%s: want %s again: %v", r.node, r.name, err)
+		}
+		s.collect(r.node)
 	}
 }
 
@@ -187,7 +222,7 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 		}
 	}
 	hn, wn := s.nodes[holder], s.nodes[waiter]
-	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO); err != nil {
+	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO, ""); err != nil {
 		t.Fatal(err)
 	}
 	s.collect(holder)
@@ -196,7 +231,7 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
 	}
-	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO); err != nil {
+	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO, ""); err != nil {
 		t.Fatal(err)
 	}
 	s.collect(waiter)

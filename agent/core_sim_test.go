@@ -433,6 +433,9 @@ func (s *csim) tick() {
 	for _, name := range s.order {
 		s.supervise(s.nodes[name])
 	}
+	if s.named != nil {
+		s.named.step(s)
+	}
 	s.check()
 }
 

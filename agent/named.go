@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,13 @@ func (a *Agent) Lock(ctx context.Context, req rpc.LockRequest) (rpc.LockSession,
 		ttl = DefaultNamedTTL(a.cfg.LeaseTTL)
 	}
 	policy := named.FIFO
-	if req.Task {
+	switch {
+	case req.Group != "":
+		policy = named.Share
+		if !strings.HasPrefix(req.Name, req.Group+"/") {
+			return rpc.LockSession{}, fmt.Errorf("%w: lock: a partition of group %q must be named %s/N, not %q", rpc.ErrInvalidArgument, req.Group, req.Group, req.Name)
+		}
+	case req.Task:
 		policy = named.Spread
 	}
 	s := &lockSession{name: req.Name, ttl: ttl, events: make(chan rpc.LockEvent, lockEventBuffer)}
@@ -59,7 +66,7 @@ func (a *Agent) Lock(ctx context.Context, req rpc.LockRequest) (rpc.LockSession,
 		case req.WaitMS > 0:
 			s.waitUntil = now.Add(time.Duration(req.WaitMS) * time.Millisecond)
 		}
-		if err = a.core.namedWant(now, req.Name, s.id, ttl, req.WaitMS != 0, policy); err != nil {
+		if err = a.core.namedWant(now, req.Name, s.id, ttl, req.WaitMS != 0, policy, req.Group); err != nil {
 			return
 		}
 		a.sessions[s.id] = s
@@ -163,6 +170,8 @@ func (a *Agent) dispatchNamed(now time.Time) {
 				a.counts.add("named.acquired")
 			}
 			a.sessionEvent(s, rpc.LockEvent{State: state, Token: ev.Token, RemainingMS: ev.Deadline.Sub(now).Milliseconds()})
+		case named.Revoked:
+			a.sessionEvent(s, rpc.LockEvent{State: rpc.LockRevoked, Token: ev.Token, RemainingMS: ev.Deadline.Sub(now).Milliseconds()})
 		case named.Queued:
 			a.sessionEvent(s, rpc.LockEvent{State: rpc.LockQueued, Position: int64(ev.Position)})
 		case named.Lost:
@@ -240,8 +249,11 @@ func (a *Agent) Locks(ctx context.Context) ([]rpc.LockInfo, error) {
 	out := make([]rpc.LockInfo, 0, len(infos))
 	for _, in := range infos {
 		li := rpc.LockInfo{Name: in.Name, Kind: "lock", Waiters: []string{}}
-		if in.Policy == named.Spread {
+		switch in.Policy {
+		case named.Spread:
 			li.Kind = "task"
+		case named.Share:
+			li.Kind, li.Group, li.Revoking = "partition", in.Group, in.Revoking
 		}
 		if in.Held {
 			li.Holder, li.Token, li.RemainingMS = in.Holder.Node.Name, in.Token, in.Remaining.Milliseconds()

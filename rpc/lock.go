@@ -25,6 +25,7 @@ const (
 	LockAcquired = "acquired"
 	LockRenewed  = "renewed"
 	LockReleased = "released"
+	LockRevoked  = "revoked"
 )
 
 // LockRequest is the body of a lock request.
@@ -43,11 +44,16 @@ type LockRequest struct {
 	// each task on one of the hosts that ask for it, spreading tasks over
 	// hosts, instead of granting in arrival order.
 	Task bool `msgpack:"task" json:"task"`
+	// Group makes the lease a partition of the group: Name must be
+	// GROUP/N. The leader divides a group's partitions among the nodes
+	// asking for them, and asks a node holding more than its share to
+	// give some back (a revoked event).
+	Group string `msgpack:"group,omitempty" json:"group,omitempty"`
 }
 
 func (r *LockRequest) fields() []field {
 	return []field{{key: "name", dst: &r.Name, required: true}, {key: "ttl_ms", dst: &r.TTLMS},
-		{key: "wait_ms", dst: &r.WaitMS}, {key: "task", dst: &r.Task}}
+		{key: "wait_ms", dst: &r.WaitMS}, {key: "task", dst: &r.Task}, {key: "group", dst: &r.Group}}
 }
 
 // LockEvent is one frame of a lock session.
@@ -87,6 +93,11 @@ type LockInfo struct {
 	RemainingMS int64 `msgpack:"remaining_ms" json:"remaining_ms"`
 	// Waiters are the waiting nodes, in queue order.
 	Waiters []string `msgpack:"waiters" json:"waiters"`
+	// Group is the group of a partition (Kind "partition").
+	Group string `msgpack:"group,omitempty" json:"group,omitempty"`
+	// Revoking says the leader asked the holder to give the partition
+	// back.
+	Revoking bool `msgpack:"revoking,omitempty" json:"revoking,omitempty"`
 }
 
 // LockSession is what a Backend returns for a lock request. The server
@@ -208,6 +219,8 @@ type LockOptions struct {
 	Wait time.Duration
 	// Task asks for a singleton task (LockRequest.Task).
 	Task bool
+	// Group makes the lease a partition of the group (LockRequest.Group).
+	Group string
 }
 
 // Lock is a named lease held through the local agent. It renews itself in
@@ -215,14 +228,15 @@ type LockOptions struct {
 // then, and the holder must stop acting on it. Token is the fencing token
 // to hand to resources.
 type Lock struct {
-	name   string
-	token  uint64
-	ttl    time.Duration
-	cc     *clientConn
-	lost   chan struct{}
-	final  chan error // the session's final frame (nil after a release)
-	done   chan struct{}
-	closed chan struct{}
+	name    string
+	token   uint64
+	ttl     time.Duration
+	cc      *clientConn
+	lost    chan struct{}
+	revoked chan struct{}
+	final   chan error // the session's final frame (nil after a release)
+	done    chan struct{}
+	closed  chan struct{}
 	// deadline is the lease's end as this process estimates it, in
 	// UnixNano (updated by the reader goroutine).
 	deadline chan time.Time
@@ -253,7 +267,7 @@ func (c *Client) LockWith(ctx context.Context, name string, o LockOptions) (*Loc
 	if closed {
 		return nil, errClientClosed
 	}
-	req := LockRequest{Name: name, TTLMS: uint64(o.TTL.Milliseconds()), WaitMS: o.Wait.Milliseconds(), Task: o.Task}
+	req := LockRequest{Name: name, TTLMS: uint64(o.TTL.Milliseconds()), WaitMS: o.Wait.Milliseconds(), Task: o.Task, Group: o.Group}
 	if o.Wait < 0 {
 		req.WaitMS = -1
 	}
@@ -290,7 +304,7 @@ func (c *Client) LockWith(ctx context.Context, name string, o LockOptions) (*Loc
 			return nil, ctx.Err()
 		}
 		l := &Lock{name: name, token: ev.Token, ttl: time.Duration(ev.TTLMS) * time.Millisecond, cc: cc,
-			lost: make(chan struct{}), final: make(chan error, 1), done: make(chan struct{}), closed: make(chan struct{}),
+			lost: make(chan struct{}), revoked: make(chan struct{}), final: make(chan error, 1), done: make(chan struct{}), closed: make(chan struct{}),
 			deadline: make(chan time.Time, 1)}
 		l.deadline <- time.Now().Add(time.Duration(ev.RemainingMS) * time.Millisecond)
 		go l.run()
@@ -331,6 +345,11 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost returns a channel that closes when the lease is lost: the agent
 // could not renew it in time, or its connection to the agent failed.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Revoked returns a channel that closes when the leader asks for a
+// partition back (LockOptions.Group): stop using it, then Unlock. The
+// lease stays renewed meanwhile.
+func (l *Lock) Revoked() <-chan struct{} { return l.revoked }
 
 // Err says why the lease was lost (nil while it is held or after Unlock).
 func (l *Lock) Err() error {
@@ -375,9 +394,16 @@ func (l *Lock) run() {
 		expiry := time.NewTimer(time.Until(l.Deadline()))
 		select {
 		case ev := <-frames:
-			if ev.State == LockRenewed {
+			switch ev.State {
+			case LockRenewed:
 				<-l.deadline
 				l.deadline <- time.Now().Add(time.Duration(ev.RemainingMS) * time.Millisecond)
+			case LockRevoked:
+				select {
+				case <-l.revoked:
+				default:
+					close(l.revoked)
+				}
 			}
 		case <-renew.C:
 			_ = l.cc.nc.SetWriteDeadline(time.Now().Add(l.ttl / 3))

@@ -41,6 +41,8 @@ type claim struct {
 	grantSeq uint64    // the request the latest grant answered
 	nextSend time.Time
 	position int
+	group    string // of a partition
+	revoked  bool   // the leader asked for it back (told once)
 }
 
 // EventKind says what happened to a session's claim.
@@ -60,9 +62,13 @@ const (
 	// Refused: the request cannot succeed (busy without waiting, invalid);
 	// Code and Message say why. The claim is gone.
 	Refused
+	// Revoked: the leader asks for the lease back (a partition that must
+	// move): the session should stop using it and then Drop it. The lease
+	// stays held and renewed meanwhile.
+	Revoked
 )
 
-var eventNames = map[EventKind]string{Acquired: "acquired", Renewed: "renewed", Queued: "queued", Lost: "lost", Refused: "refused"}
+var eventNames = map[EventKind]string{Acquired: "acquired", Renewed: "renewed", Queued: "queued", Lost: "lost", Refused: "refused", Revoked: "revoked"}
 
 // String returns the lower-case name of k.
 func (k EventKind) String() string {
@@ -91,14 +97,14 @@ func NewClaims(self leasing.Node, drift float64) *Claims {
 }
 
 // Want starts a session's claim on name: acquire it (queueing when wait),
-// then keep it renewed, with leases of ttl. A claim the session already
-// has is left as it is.
-func (c *Claims) Want(now time.Time, name string, session uint64, ttl time.Duration, wait bool, policy Policy) {
+// then keep it renewed, with leases of ttl. group names the group of a
+// Share name. A claim the session already has is left as it is.
+func (c *Claims) Want(now time.Time, name string, session uint64, ttl time.Duration, wait bool, policy Policy, group string) {
 	k := key{name, session}
 	if _, ok := c.claims[k]; ok {
 		return
 	}
-	c.claims[k] = &claim{ttl: ttl, wait: wait, policy: policy, nextSend: now}
+	c.claims[k] = &claim{ttl: ttl, wait: wait, policy: policy, group: group, nextSend: now}
 }
 
 // Drop ends a session's claim on name and returns the release to send (so
@@ -188,7 +194,7 @@ func (c *Claims) request(now time.Time, op Op, name string, session uint64, cl *
 	c.seq++
 	c.sent[c.seq] = now
 	req := Request{Op: op, Term: c.term, Seq: c.seq, Name: name, Holder: Holder{Node: c.self, Session: session},
-		TTL: cl.ttl, Wait: cl.wait, Policy: cl.policy}
+		TTL: cl.ttl, Wait: cl.wait, Policy: cl.policy, Group: cl.group}
 	if cl.held {
 		req.Token = cl.token
 	}
@@ -243,6 +249,10 @@ func (c *Claims) Handle(now time.Time, rep Reply) ([]Event, []Request) {
 			cl.deadline, cl.grantSeq = deadline, max(cl.grantSeq, rep.Seq)
 		}
 		ev.Kind, ev.Deadline = Renewed, cl.deadline
+		if rep.Revoke && !cl.revoked {
+			cl.revoked = true
+			return []Event{ev, {Kind: Revoked, Name: rep.Name, Session: rep.Holder.Session, Token: cl.token, Deadline: cl.deadline}}, nil
+		}
 		return []Event{ev}, nil
 	case CodeQueued:
 		if cl.held || rep.Position == cl.position {

@@ -44,6 +44,12 @@ const (
 	// ties broken by rendezvous hashing of the name over the nodes (tasks):
 	// different names land on different nodes.
 	Spread
+	// Share is a partition of a group (Request.Group): the leader grants it
+	// to the member node holding the fewest of the group's partitions, and
+	// asks members holding more than their share (the partitions divided
+	// by the members, rounded up) to give the excess back (Reply.Revoke)
+	// while another member holds less than its share rounded down.
+	Share
 )
 
 // Holder names one holder: a session (a socket connection, a `tenure run`)
@@ -72,6 +78,8 @@ type Request struct {
 	TTL    time.Duration `msgpack:"ttl"`
 	Wait   bool          `msgpack:"wait,omitempty"`
 	Policy Policy        `msgpack:"policy,omitempty"`
+	// Group names the group a Share name is a partition of.
+	Group string `msgpack:"group,omitempty"`
 }
 
 // Code is the outcome of a request.
@@ -112,6 +120,9 @@ type Reply struct {
 	// lost), when known.
 	Current string `msgpack:"current,omitempty"`
 	Message string `msgpack:"message,omitempty"`
+	// Revoke asks the holder of a granted partition to give it back: stop
+	// using it, then release it (the lease stays renewed meanwhile).
+	Revoke bool `msgpack:"revoke,omitempty"`
 }
 
 // Token returns the fencing token of the n-th grant (from 1) of the term

@@ -64,6 +64,8 @@ type entry struct {
 	// gathered is when a free Spread name may first be placed: Gather
 	// after its first waiter came.
 	gathered time.Time
+	group    string // of a Share name
+	revoking bool   // the holder was asked to give it back
 }
 
 // waiter is a queued acquire; it stays queued while its agent repeats it.
@@ -72,6 +74,7 @@ type waiter struct {
 	seq    uint64 // of its latest request: a grant counts from its send time
 	ttl    time.Duration
 	policy Policy
+	group  string
 	expiry time.Time // dropped unless refreshed before
 }
 
@@ -125,8 +128,12 @@ func (t *Table) invalid(req Request) string {
 		return "no holder"
 	case req.Op != OpRelease && (req.TTL < t.cfg.MinTTL || req.TTL > t.cfg.MaxTTL):
 		return fmt.Sprintf("ttl %v is not between %v and %v", req.TTL, t.cfg.MinTTL, t.cfg.MaxTTL)
-	case req.Policy > Spread:
+	case req.Policy > Share:
 		return fmt.Sprintf("unknown policy %d", req.Policy)
+	case req.Policy == Share && req.Group == "":
+		return "a partition needs its group"
+	case req.Policy == Share && CheckName(req.Group) != nil:
+		return CheckName(req.Group).Error()
 	case t.term > MaxEpoch:
 		return fmt.Sprintf("epoch %d is beyond the tokens of named leases (at most %d)", t.term, uint64(MaxEpoch))
 	}
@@ -140,7 +147,7 @@ func (t *Table) acquire(now time.Time, req Request, rep Reply) (Reply, []Reply) 
 			rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("the leader holds its limit of %d names", t.cfg.MaxNames)
 			return rep, nil
 		}
-		e = &entry{policy: req.Policy}
+		e = &entry{policy: req.Policy, group: req.Group}
 		t.names[req.Name] = e
 	}
 	t.expire(now, req.Name, e)
@@ -164,7 +171,7 @@ func (t *Table) acquire(now time.Time, req Request, rep Reply) (Reply, []Reply) 
 		}
 		return rep, nil
 	}
-	e.enqueue(waiter{who: req.Holder, seq: req.Seq, ttl: req.TTL, policy: req.Policy, expiry: now.Add(req.TTL)})
+	e.enqueue(waiter{who: req.Holder, seq: req.Seq, ttl: req.TTL, policy: req.Policy, group: req.Group, expiry: now.Add(req.TTL)})
 	if len(e.waiters) > t.cfg.MaxWaiters {
 		e.waiters = e.waiters[:len(e.waiters)-1]
 		rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("%d waiters already queue for %q", t.cfg.MaxWaiters, req.Name)
@@ -208,7 +215,7 @@ func (t *Table) renew(now time.Time, req Request, rep Reply) Reply {
 	switch {
 	case e != nil && e.held && e.holder == req.Holder && e.token == req.Token:
 		e.expiry, e.ttl = now.Add(req.TTL), req.TTL
-		rep.Code, rep.Token, rep.TTL = CodeGranted, e.token, req.TTL
+		rep.Code, rep.Token, rep.TTL, rep.Revoke = CodeGranted, e.token, req.TTL, e.revoking
 		return rep
 	case e != nil && e.held:
 		rep.Code, rep.Current = CodeLost, e.holder.Node.Name
@@ -222,7 +229,7 @@ func (t *Table) renew(now time.Time, req Request, rep Reply) Reply {
 				rep.Code, rep.Message = CodeInvalid, fmt.Sprintf("the leader holds its limit of %d names", t.cfg.MaxNames)
 				return rep
 			}
-			e = &entry{policy: req.Policy}
+			e = &entry{policy: req.Policy, group: req.Group}
 			t.names[req.Name] = e
 		}
 		e.held, e.holder, e.token, e.ttl, e.expiry, e.adopted = true, req.Holder, req.Token, req.TTL, now.Add(req.TTL), true
@@ -241,7 +248,7 @@ func (t *Table) release(now time.Time, req Request, rep Reply) (Reply, []Reply) 
 		return rep, nil
 	}
 	if e.held && e.holder == req.Holder && (req.Token == 0 || req.Token == e.token) {
-		e.held, e.holder = false, Holder{}
+		e.held, e.holder, e.revoking = false, Holder{}, false
 	}
 	e.remove(req.Holder)
 	pushes := t.next(now, req.Name, e)
@@ -263,7 +270,7 @@ func (t *Table) drop(name string, e *entry) {
 // expire ends a lease and drops waiters whose time ran out at now.
 func (t *Table) expire(now time.Time, name string, e *entry) {
 	if e.held && !now.Before(e.expiry) {
-		e.held, e.holder = false, Holder{}
+		e.held, e.holder, e.revoking = false, Holder{}, false
 	}
 	e.waiters = slices.DeleteFunc(e.waiters, func(w waiter) bool { return !now.Before(w.expiry) })
 }
@@ -274,11 +281,17 @@ func (t *Table) next(now time.Time, name string, e *entry) []Reply {
 		return nil
 	}
 	i := 0
-	if e.waiters[0].policy == Spread {
+	switch e.waiters[0].policy {
+	case Spread:
 		if now.Before(e.gathered) {
 			return nil
 		}
-		i = t.pick(name, e.waiters)
+		i = t.pick(name, e.waiters, t.load(func(o *entry) bool { return o.policy == Spread }))
+	case Share:
+		if now.Before(e.gathered) {
+			return nil
+		}
+		i = t.pick(name, e.waiters, t.load(func(o *entry) bool { return o.policy == Share && o.group == e.group && !o.revoking }))
 	}
 	w := e.waiters[i]
 	e.waiters = slices.Delete(e.waiters, i, i+1)
@@ -293,22 +306,30 @@ func (t *Table) grant(now time.Time, e *entry, name string, w waiter) Reply {
 		return rep
 	}
 	t.grants++
-	e.held, e.holder, e.token, e.ttl, e.expiry, e.adopted, e.policy = true, w.who, Token(t.term, t.grants), w.ttl, now.Add(w.ttl), false, w.policy
+	e.held, e.holder, e.token, e.ttl, e.expiry, e.adopted, e.policy, e.revoking = true, w.who, Token(t.term, t.grants), w.ttl, now.Add(w.ttl), false, w.policy, false
+	if w.group != "" {
+		e.group = w.group
+	}
 	rep.Code, rep.Token, rep.TTL = CodeGranted, e.token, w.ttl
 	return rep
 }
 
-// pick returns the index of the Spread waiter to grant: on the node that
-// holds the fewest Spread leases, ties broken by the highest rendezvous
-// hash of (name, node), so that different names land on different nodes
-// and a name's choice does not depend on the queue's order.
-func (t *Table) pick(name string, ws []waiter) int {
+// load counts, by node, the held leases that count.
+func (t *Table) load(counts func(*entry) bool) map[string]int {
 	load := map[string]int{}
 	for _, e := range t.names {
-		if e.held && e.policy == Spread {
+		if e.held && counts(e) {
 			load[e.holder.Node.Name]++
 		}
 	}
+	return load
+}
+
+// pick returns the index of the waiter to grant: on the node with the
+// least load, ties broken by the highest rendezvous hash of (name, node),
+// so that different names land on different nodes and a name's choice
+// does not depend on the queue's order.
+func (t *Table) pick(name string, ws []waiter, load map[string]int) int {
 	best := 0
 	for i := 1; i < len(ws); i++ {
 		a, b := ws[i], ws[best]
@@ -326,17 +347,97 @@ func rendezvous(name string, n leasing.Node) uint64 {
 	return h.Sum64()
 }
 
-// Tick ends the leases and waits that ran out by now and grants the names
-// that became free; it returns the grants, to be pushed to their agents.
+// Tick ends the leases and waits that ran out by now, asks members
+// holding more than their share of a group to give some back, and grants
+// the names that became free; it returns the grants, to be pushed to
+// their agents.
 func (t *Table) Tick(now time.Time) []Reply {
 	var pushes []Reply
 	for _, name := range t.sorted() {
+		t.expire(now, name, t.names[name])
+	}
+	t.rebalance(now)
+	for _, name := range t.sorted() {
 		e := t.names[name]
-		t.expire(now, name, e)
 		pushes = append(pushes, t.next(now, name, e)...)
 		t.drop(name, e)
 	}
 	return pushes
+}
+
+// rebalance marks partitions to revoke, so that every member of a group
+// (a node holding or waiting for its partitions) ends up with its share of
+// the partitions rounded down or up: one at a time, the richest member
+// gives one back (its last by name) for the poorest, while the poorest
+// holds less than its share rounded down or the richest more than it
+// rounded up. Only partitions that must move do; nothing moves while the
+// group is within those bounds.
+func (t *Table) rebalance(now time.Time) {
+	type member struct {
+		held []string // not being revoked
+	}
+	groups := map[string]map[string]*member{}
+	parts := map[string]int{}
+	for _, name := range t.sorted() {
+		e := t.names[name]
+		if e.policy != Share || e.group == "" {
+			continue
+		}
+		g := groups[e.group]
+		if g == nil {
+			g = map[string]*member{}
+			groups[e.group] = g
+		}
+		parts[e.group]++
+		add := func(node string) *member {
+			if g[node] == nil {
+				g[node] = &member{}
+			}
+			return g[node]
+		}
+		if e.held {
+			m := add(e.holder.Node.Name)
+			if !e.revoking {
+				m.held = append(m.held, name)
+			}
+		}
+		for _, w := range e.waiters {
+			add(w.who.Node.Name)
+		}
+	}
+	for group, members := range groups {
+		n, p := len(members), parts[group]
+		low, high := p/n, (p+n-1)/n
+		nodes := make([]string, 0, n)
+		count := map[string]int{}
+		for node, m := range members {
+			nodes = append(nodes, node)
+			count[node] = len(m.held)
+		}
+		sort.Strings(nodes)
+		// Move one partition at a time from the richest member to the
+		// poorest, while the poorest is below its share rounded down, or
+		// the richest above it rounded up.
+		for {
+			rich, poor := nodes[0], nodes[0]
+			for _, node := range nodes {
+				if count[node] > count[rich] {
+					rich = node
+				}
+				if count[node] < count[poor] {
+					poor = node
+				}
+			}
+			if !(count[poor] < low && count[rich] > low) && !(count[rich] > high && count[poor] < high) {
+				break
+			}
+			m := members[rich]
+			t.names[m.held[len(m.held)-1]].revoking = true
+			m.held = m.held[:len(m.held)-1]
+			count[rich]--
+			count[poor]++
+		}
+	}
 }
 
 // DropNode removes every waiter on node (its agent failed or left): no
@@ -372,6 +473,8 @@ type Info struct {
 	Remaining time.Duration // of the holder's lease, on the leader's clock
 	Adopted   bool          // re-claimed from an earlier term
 	Waiters   []Holder
+	Group     string // of a partition
+	Revoking  bool   // the holder was asked to give it back
 }
 
 // List describes every name with a holder or a waiter at now, by name.
@@ -383,7 +486,7 @@ func (t *Table) List(now time.Time) []Info {
 		if !e.held && len(e.waiters) == 0 {
 			continue
 		}
-		in := Info{Name: name, Policy: e.policy, Held: e.held, Adopted: e.adopted}
+		in := Info{Name: name, Policy: e.policy, Held: e.held, Adopted: e.adopted, Group: e.group, Revoking: e.revoking}
 		if e.held {
 			in.Holder, in.Token, in.Remaining = e.holder, e.token, e.expiry.Sub(now)
 		}
