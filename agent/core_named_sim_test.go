@@ -118,9 +118,11 @@ func (ns *namedSim) step(s *csim) {
 		}
 		now := s.local(n, s.now)
 		n.c.namedDrop(now, r.name, r.session)
-		if err := n.c.namedWant(now, r.name, r.session, 2*s.ttl, true, named.Share, "grp"); err != nil {
+		ns.session++ // a new session, as a member's next lock session is
+		if err := n.c.namedWant(now, r.name, ns.session, 2*s.ttl, true, named.Share, "grp"); err != nil {
 			s.t.Fatalf("%s: want %s again: %v", r.node, r.name, err)
 		}
+		ns.sessions[r.node] = append(ns.sessions[r.node], namedSession{name: r.name, session: ns.session, wait: true, boot: n.boots})
 		s.collect(r.node)
 	}
 }

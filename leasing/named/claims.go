@@ -43,6 +43,10 @@ type claim struct {
 	position int
 	group    string // of a partition
 	revoked  bool   // the leader asked for it back (told once)
+	// firstSeq is the first request of this claim: an answer to an
+	// earlier one (of a claim the session dropped and made again) is
+	// not for it.
+	firstSeq uint64
 }
 
 // EventKind says what happened to a session's claim.
@@ -98,13 +102,16 @@ func NewClaims(self leasing.Node, drift float64) *Claims {
 
 // Want starts a session's claim on name: acquire it (queueing when wait),
 // then keep it renewed, with leases of ttl. group names the group of a
-// Share name. A claim the session already has is left as it is.
+// Share name. A claim the session already has is left as it is. A session
+// must not claim a name again once it dropped it (use a new session): the
+// leader takes an acquire from a holder as a renewal, and the release of
+// the old claim could then end the new one's lease behind its back.
 func (c *Claims) Want(now time.Time, name string, session uint64, ttl time.Duration, wait bool, policy Policy, group string) {
 	k := key{name, session}
 	if _, ok := c.claims[k]; ok {
 		return
 	}
-	c.claims[k] = &claim{ttl: ttl, wait: wait, policy: policy, group: group, nextSend: now}
+	c.claims[k] = &claim{ttl: ttl, wait: wait, policy: policy, group: group, nextSend: now, firstSeq: c.seq + 1}
 }
 
 // Drop ends a session's claim on name and returns the release to send (so
@@ -223,6 +230,9 @@ func (c *Claims) Handle(now time.Time, rep Reply) ([]Event, []Request) {
 	}
 	k := key{rep.Name, rep.Holder.Session}
 	cl, ok := c.claims[k]
+	if ok && rep.Seq < cl.firstSeq {
+		ok = false // an answer to a claim dropped before this one
+	}
 	if !ok {
 		if rep.Code == CodeGranted && rep.Term == c.term && c.leader.Name != "" {
 			// A grant for a claim dropped meanwhile: give it back.

@@ -407,6 +407,9 @@ func (t *Table) rebalance(now time.Time) {
 	}
 	for group, members := range groups {
 		n, p := len(members), parts[group]
+		if n == 0 {
+			continue // only names nobody holds or waits for, about to go
+		}
 		low, high := p/n, (p+n-1)/n
 		nodes := make([]string, 0, n)
 		count := map[string]int{}
