@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -76,6 +78,89 @@ func runLocked(c *cli.Context, cfg supervise.LockConfig, command []string, what 
 		return fail(code, "")
 	}
 	return nil
+}
+
+// runGroup runs supervise.RunGroup for tenure run --group.
+func runGroup(c *cli.Context, group string, command []string) error {
+	if c.Bool("shell") && len(command) != 1 {
+		return fail(2, "tenure run --shell: give the script as one quoted argument")
+	}
+	logger, err := newLogger(c.String("log-level"), false)
+	if err != nil {
+		return fail(2, "tenure run: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code, err := supervise.RunGroup(ctx, supervise.GroupConfig{
+		Config: supervise.Config{
+			Socket:  c.String("socket"),
+			Command: command,
+			Shell:   c.Bool("shell"),
+			Grace:   c.Duration("grace"),
+			Logger:  logger,
+			Env:     append(os.Environ(), "TENURE_SOCKET="+c.String("socket")),
+		},
+		Group: group, Partitions: c.Int("partitions"), TTL: c.Duration("ttl"),
+	})
+	if err != nil {
+		return fail(max(code, 1), "tenure run --group: %v", err)
+	}
+	return nil
+}
+
+func partitionsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "partitions",
+		Usage:     "show which member holds each partition of a group, with its token",
+		ArgsUsage: "GROUP",
+		Flags:     []cli.Flag{socketFlag(), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			group, err := oneName(c, "tenure partitions", "GROUP")
+			if err != nil {
+				return err
+			}
+			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+				all, err := cl.Locks(ctx)
+				if err != nil {
+					return err
+				}
+				var ls []rpc.LockInfo
+				for _, l := range all {
+					if l.Kind == "partition" && l.Group == group {
+						ls = append(ls, l)
+					}
+				}
+				part := func(l rpc.LockInfo) int {
+					n, _ := strconv.Atoi(strings.TrimPrefix(l.Name, group+"/"))
+					return n
+				}
+				sort.Slice(ls, func(i, j int) bool { return part(ls[i]) < part(ls[j]) })
+				if c.Bool("json") {
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(append([]rpc.LockInfo{}, ls...))
+				}
+				if len(ls) == 0 {
+					fmt.Fprintf(c.App.Writer, "no member holds or asks for a partition of %s\n", group)
+					return nil
+				}
+				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "PARTITION\tHOLDER\tTOKEN\tREMAINING\tMOVING")
+				for _, l := range ls {
+					holder, remaining := l.Holder, (time.Duration(l.RemainingMS) * time.Millisecond).String()
+					if holder == "" {
+						holder, remaining = "-", "-"
+					}
+					moving := ""
+					if l.Revoking {
+						moving = "yes"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", strings.TrimPrefix(l.Name, group+"/"), holder, l.Token, remaining, moving)
+				}
+				return w.Flush()
+			})
+		},
+	}
 }
 
 func locksCommand() *cli.Command {

@@ -24,7 +24,7 @@ import (
 // "start NANOS TOKEN NODE" when the lock's command starts and "end NANOS
 // TOKEN NODE" when it ends (or is stopped), to the file in $LOCK_LOG.
 const lockRecorder = `echo "start $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"
-trap 'echo "end $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"; exit 0' TERM
+trap 'echo "end $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"; kill $! 2>/dev/null; exit 0' TERM
 sleep "$HOLD" & wait
 echo "end $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"`
 
@@ -102,8 +102,26 @@ func startLock(t *testing.T, sock, node, name, logPath, hold string, flags ...st
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { stopProcess(cmd) })
 	return cmd
+}
+
+// stopProcess stops a tenure command as an operator would (SIGTERM, which
+// stops its command's process group), and kills it if it has not exited
+// within five seconds.
+func stopProcess(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // TestLockCommandsNeverOverlap: `tenure lock` commands on two agents,
@@ -306,7 +324,7 @@ func TestTasksSpreadOverHosts(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer stopProcess(cmd)
 	waitFor(t, 20*time.Second, "the task's command", func() error {
 		b, err := os.ReadFile(out)
 		if err != nil || !strings.HasPrefix(string(b), "nightly ") || len(strings.Fields(string(b))) != 2 {

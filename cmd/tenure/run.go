@@ -24,7 +24,9 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
 			&cli.BoolFlag{Name: "once", Usage: "exit when CMD exits while leading, with its exit code"},
 			&cli.StringFlag{Name: "task", Usage: "run CMD as the singleton task `NAME` instead of where the cluster leader is: the leader places each task on one of the hosts running `tenure run --task NAME`, spreading tasks over hosts; CMD gets TENURE_TASK and TENURE_TOKEN"},
-			&cli.DurationFlag{Name: "ttl", Usage: "with --task: the task lease's TTL", DefaultText: "twice the agent's --lease-ttl"},
+			&cli.StringFlag{Name: "group", Usage: "run CMD as a member of the partition group `NAME`: the leader divides the group's partitions among its members; CMD gets TENURE_GROUP and TENURE_PARTITIONS=P:TOKEN,... and is restarted when its partitions change"},
+			&cli.IntFlag{Name: "partitions", Usage: "with --group: the group's number of partitions (the same on every member; at most 32)"},
+			&cli.DurationFlag{Name: "ttl", Usage: "with --task or --group: the lease TTL", DefaultText: "twice the agent's --lease-ttl"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 		},
 		Action: runSupervised,
@@ -38,6 +40,15 @@ func runSupervised(c *cli.Context) error {
 	}
 	if c.Bool("shell") && len(args) != 1 {
 		return fail(2, "tenure run --shell: give the script as one quoted argument")
+	}
+	if group := c.String("group"); group != "" {
+		if c.String("task") != "" || c.Bool("once") {
+			return fail(2, "tenure run --group: --task and --once do not go with --group")
+		}
+		if n := c.Int("partitions"); n < 1 || n > supervise.MaxPartitions {
+			return fail(2, "tenure run --group: give --partitions between 1 and %d", supervise.MaxPartitions)
+		}
+		return runGroup(c, group, args)
 	}
 	if task := c.String("task"); task != "" {
 		if c.Bool("once") {
