@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +51,9 @@ func BenchmarkLeaderQueries(b *testing.B) {
 }
 
 // benchQueries runs b.N leader queries from clients connections at once
-// and reports q/s, p50-µs and p99-µs.
+// and reports q/s, p50-µs and p99-µs, and cpu-µs/q: the CPU time of the
+// whole process (clients, server, agent, user and system) per query, which
+// other work on the machine disturbs less than the rate.
 func benchQueries(b *testing.B, path string, clients int) {
 	ctx := context.Background()
 	conns := make([]*rpc.Client, clients)
@@ -72,7 +75,7 @@ func benchQueries(b *testing.B, path string, clients int) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime(b)
 	for i, c := range conns {
 		wg.Go(func() {
 			samples := make([]time.Duration, 0, b.N/clients+1)
@@ -88,7 +91,7 @@ func benchQueries(b *testing.B, path string, clients int) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime(b)-cpu0
 	b.StopTimer()
 	close(errs)
 	if err := <-errs; err != nil {
@@ -99,4 +102,14 @@ func benchQueries(b *testing.B, path string, clients int) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "q/s")
 	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-µs/q")
+}
+
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
