@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -249,6 +250,7 @@ func callError(op string, err error) error {
 // clientConn is one client-side connection after a successful handshake.
 type clientConn struct {
 	nc     net.Conn
+	br     *bufio.Reader // reads nc, so that a small frame costs one read call, not two
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
@@ -264,7 +266,7 @@ func dial(ctx context.Context, path string, version uint64) (*clientConn, error)
 		}
 		return nil, &unreachableError{path: path, err: err}
 	}
-	cc := &clientConn{nc: nc, max: wire.DefaultMaxFrame}
+	cc := &clientConn{nc: nc, br: bufio.NewReader(nc), max: wire.DefaultMaxFrame}
 	if err := cc.handshake(ctx, path, version); err != nil {
 		nc.Close()
 		return nil, err
@@ -360,7 +362,7 @@ func (cc *clientConn) writeMsg(v any) error {
 }
 
 func (cc *clientConn) readMsg(v any) error {
-	b, err := wire.ReadFrame(cc.nc, cc.max)
+	b, err := wire.ReadFrame(cc.br, cc.max)
 	switch {
 	case errors.Is(err, wire.ErrFrameTooLarge):
 		return fmt.Errorf("%w: %w", ErrFrameTooLarge, err)
