@@ -251,6 +251,7 @@ func callError(op string, err error) error {
 type clientConn struct {
 	nc     net.Conn
 	br     *bufio.Reader // reads nc, so that a small frame costs one read call, not two
+	enc    wire.Encoder  // encodes the frames writeMsg writes; used by one writer at a time
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
@@ -337,7 +338,10 @@ func (cc *clientConn) roundTrip(ctx context.Context, req Request) (Response, err
 func (cc *clientConn) within(ctx context.Context, f func() error) error {
 	deadline, hasDeadline := ctx.Deadline()
 	_ = cc.nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+	stop := neverStopped
+	if ctx.Done() != nil { // a ctx that can end (Background cannot)
+		stop = context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+	}
 	err := f()
 	if !stop() || err != nil {
 		cc.broken = true
@@ -353,12 +357,20 @@ func (cc *clientConn) within(ctx context.Context, f func() error) error {
 	return err
 }
 
+// neverStopped stands for the stop function of a context.AfterFunc whose
+// ctx can never end: it reports that the function was stopped before it ran.
+func neverStopped() bool { return true }
+
+// writeMsg writes v as one frame, in one call.
 func (cc *clientConn) writeMsg(v any) error {
-	b, err := wire.Marshal(v)
+	frame, err := cc.enc.Frame(v)
 	if err != nil {
 		return err
 	}
-	return wire.WriteFrame(cc.nc, b)
+	if _, err := cc.nc.Write(frame); err != nil {
+		return fmt.Errorf("rpc: write frame: %w", err)
+	}
+	return nil
 }
 
 func (cc *clientConn) readMsg(v any) error {
