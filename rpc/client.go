@@ -194,7 +194,7 @@ func (c *Client) callWith(ctx context.Context, op string, in, out any) error {
 	if out == nil {
 		return nil
 	}
-	if err := wire.Unmarshal(resp.Body, out); err != nil {
+	if err := cc.dec.Unmarshal(resp.Body, out); err != nil {
 		return fmt.Errorf("rpc: %s: bad response body: %w", op, err)
 	}
 	return nil
@@ -252,6 +252,7 @@ type clientConn struct {
 	nc     net.Conn
 	br     *bufio.Reader // reads nc, so that a small frame costs one read call, not two
 	enc    wire.Encoder  // encodes the frames writeMsg writes; used by one writer at a time
+	dec    wire.Decoder  // decodes what the one reader at a time reads
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
@@ -381,7 +382,7 @@ func (cc *clientConn) readMsg(v any) error {
 	case err != nil:
 		return err
 	}
-	if err := wire.Unmarshal(b, v); err != nil {
+	if err := cc.dec.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("rpc: malformed frame from the agent: %w", err)
 	}
 	return nil

@@ -59,3 +59,30 @@ func (e *Encoder) encode(v any, room int) error {
 	}
 	return nil
 }
+
+// Decoder decodes as Unmarshal does, reusing its msgpack decoder from one
+// call to the next. Decoded values never share memory with the input, so
+// the caller may reuse b at once. A Decoder is not safe for concurrent
+// use; its zero value is ready to use.
+type Decoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+// Unmarshal checks that b holds exactly one well-formed msgpack value whose
+// declared lengths fit in b (see Check), then decodes it into v.
+func (d *Decoder) Unmarshal(b []byte, v any) error {
+	if err := Check(b); err != nil {
+		return err
+	}
+	d.r.Reset(b)
+	if d.dec == nil {
+		d.dec = msgpack.NewDecoder(&d.r)
+	} else {
+		d.dec.Reset(&d.r)
+	}
+	if err := d.dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: decode %T: %v", ErrMalformed, v, err)
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -44,5 +45,33 @@ func TestEncoderError(t *testing.T) {
 	var e Encoder
 	if _, err := e.Frame(make(chan int)); err == nil || !strings.Contains(err.Error(), "wire: encode chan int") {
 		t.Fatalf("Frame(chan) = %v, want a wire: encode error", err)
+	}
+}
+
+// TestDecoderMatchesUnmarshal: a Decoder decodes what Unmarshal decodes,
+// refuses what it refuses, and keeps nothing of its input.
+func TestDecoderMatchesUnmarshal(t *testing.T) {
+	in := sample{Name: "n1", List: []uint64{1, 1 << 40}, Map: map[string]string{"a": "b"}, Bytes: []byte{0, 1}}
+	good, err := Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Decoder
+	for i := 0; i < 2; i++ {
+		b := bytes.Clone(good)
+		var out sample
+		if err := d.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		clear(b) // the decoded value must not share b's memory
+		if out.Name != "n1" || len(out.List) != 2 || out.Map["a"] != "b" || !bytes.Equal(out.Bytes, []byte{0, 1}) {
+			t.Fatalf("round %d: decoded %+v", i, out)
+		}
+		for _, bad := range [][]byte{good[:len(good)-1], append(bytes.Clone(good), 0xc0), {0xdd, 0xff, 0xff, 0xff, 0xff}} {
+			var out sample
+			if err := d.Unmarshal(bad, &out); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Unmarshal(%x) = %v, want ErrMalformed", bad, err)
+			}
+		}
 	}
 }
