@@ -11,8 +11,9 @@ import (
 	"github.com/tenurehq/tenure/rpc"
 )
 
-// snapshot is the view the socket reads; the driver updates it after every
-// input to the core.
+// snapshot is the view the socket reads; the driver publishes a new one
+// (Agent.snap) after every input to the core. A published snapshot is
+// never changed: readers share it without a lock.
 type snapshot struct {
 	status   bully.Status
 	deadline time.Time // lease validity end (quorum mode, when leading)
@@ -107,7 +108,8 @@ func (a *Agent) publishStatus(now time.Time) {
 	}
 }
 
-// publishMembers records the number of alive members in the status.
+// publishMembers records the number of alive members in the status. Like
+// publishStatus, it runs on the driver, the only writer of Agent.snap.
 func (a *Agent) publishMembers(alive int) {
 	snap := *a.snap.Load()
 	snap.members = alive
