@@ -252,7 +252,7 @@ type clientConn struct {
 	nc     net.Conn
 	br     *bufio.Reader // reads nc, so that a small frame costs one read call, not two
 	enc    wire.Encoder  // encodes the frames writeMsg writes; used by one writer at a time
-	dec    wire.Decoder  // decodes what the one reader at a time reads
+	dec    wire.Decoder  // decodes the frames readMsg reads and their bodies; used by one reader at a time
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
