@@ -59,8 +59,10 @@ type Agent struct {
 	journal    *journal       // nil without Config.Journal
 	runners    *runnerSet     // registered over the socket
 
-	mu   sync.Mutex
-	snap snapshot
+	// snap is the view the socket reads. The driver goroutine, its only
+	// writer, replaces it whole and never changes a published snapshot, so
+	// readers Load it without a lock.
+	snap atomic.Pointer[snapshot]
 
 	// isolated cuts this agent's peer messages both ways while gossip goes
 	// on: in-process fault injection for tests of a partitioned leader.
@@ -103,6 +105,7 @@ func Start(cfg Config) (*Agent, error) {
 		memberSync:  memberSync{interval: cfg.TickInterval},
 		done:        make(chan struct{}),
 	}
+	a.snap.Store(&snapshot{})
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if err := a.start(); err != nil {
 		a.Halt()
@@ -219,8 +222,9 @@ func (a *Agent) startCore() error {
 		return err
 	}
 	a.core = c
-	a.snap = a.core.snapshot(a.cfg.Clock.Now())
-	a.snap.changed = time.Now() // no leadership known since the start
+	snap := a.core.snapshot(a.cfg.Clock.Now())
+	snap.changed = time.Now() // no leadership known since the start
+	a.snap.Store(&snap)
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -20,13 +19,7 @@ func (b backend) Status(context.Context) (rpc.Status, error) { return b.a.Status
 
 // Leader returns the known leader, or rpc.ErrNoLeader with the reason
 // status gives.
-func (b backend) Leader(context.Context) (rpc.LeaderInfo, error) {
-	st := b.a.Status()
-	if st.Leader == nil {
-		return rpc.LeaderInfo{}, fmt.Errorf("%s: %w", cmp.Or(st.Reason, "no leader is known"), rpc.ErrNoLeader)
-	}
-	return *st.Leader, nil
-}
+func (b backend) Leader(context.Context) (rpc.LeaderInfo, error) { return b.a.leader() }
 
 func (b backend) Members(context.Context) ([]rpc.Member, error) {
 	return b.a.Members(), nil

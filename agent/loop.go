@@ -170,9 +170,7 @@ func (a *Agent) syncMembers() {
 		}
 	}
 	a.core.setMembers(a.cfg.Clock.Now(), views)
-	a.mu.Lock()
-	a.snap.members = alive
-	a.mu.Unlock()
+	a.publishMembers(alive)
 	a.flush()
 }
 
@@ -201,11 +199,7 @@ func (a *Agent) flush() *sync.WaitGroup {
 
 // publishedDeadline is the lease deadline of the status last published:
 // when a term ends, the deadline it had.
-func (a *Agent) publishedDeadline() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.snap.deadline
-}
+func (a *Agent) publishedDeadline() time.Time { return a.snap.Load().deadline }
 
 // advertiseCluster puts the roster's cluster ID and version into this
 // node's gossip tags when they change.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"cmp"
+	"fmt"
 	"time"
 
 	"github.com/tenurehq/tenure/agent/hooks"
@@ -9,8 +11,9 @@ import (
 	"github.com/tenurehq/tenure/rpc"
 )
 
-// snapshot is the view the socket reads; the driver updates it after every
-// input to the core.
+// snapshot is the view the socket reads; the driver publishes a new one
+// (Agent.snap) after every input to the core. A published snapshot is
+// never changed: readers share it without a lock.
 type snapshot struct {
 	status   bully.Status
 	deadline time.Time // lease validity end (quorum mode, when leading)
@@ -67,10 +70,9 @@ func (s snapshot) valid(now time.Time, quorum bool) bool {
 // the first event of later watches.
 func (a *Agent) publishStatus(now time.Time) {
 	snap := a.core.snapshot(now)
-	a.journal.observe(a.snap, snap) // before anyone can read the new status
+	old := *a.snap.Load()
+	a.journal.observe(old, snap) // before anyone can read the new status
 	at := time.Now()
-	a.mu.Lock()
-	old := a.snap
 	snap.members, snap.changed = old.members, old.changed
 	wasLeader, isLeader := old.state == "leader", snap.state == "leader"
 	st, was := snap.status, old.status
@@ -78,8 +80,7 @@ func (a *Agent) publishStatus(now time.Time) {
 	if moved || wasLeader != isLeader {
 		snap.changed = at
 	}
-	a.snap = snap
-	a.mu.Unlock()
+	a.snap.Store(&snap)
 	self := a.self()
 	if snap.state == "candidate" && old.state != "candidate" {
 		a.counts.add("election.started")
@@ -105,6 +106,14 @@ func (a *Agent) publishStatus(now time.Time) {
 	if isLeader && !wasLeader {
 		a.emit(at, rpc.EventBecameLeader, l, st.Term)
 	}
+}
+
+// publishMembers records the number of alive members in the status. Like
+// publishStatus, it runs on the driver, the only writer of Agent.snap.
+func (a *Agent) publishMembers(alive int) {
+	snap := *a.snap.Load()
+	snap.members = alive
+	a.snap.Store(&snap)
 }
 
 // successor is the leader after this node lost leadership, as a
@@ -147,6 +156,27 @@ func leaderInfo(n bully.Node, term uint64) *rpc.LeaderInfo {
 	return &rpc.LeaderInfo{Node: n.Name, ID: n.ID, Epoch: term}
 }
 
+// reasonLapsed is the reason a leader whose lease ran out since the last
+// tick reports.
+const reasonLapsed = "lease expired; stepping down"
+
+// leader returns the leader Status reports, or an error wrapping
+// rpc.ErrNoLeader with the Reason it gives. It reads the published
+// snapshot as Status does but builds nothing else, and reads the clock
+// only when this node leads: the socket's leader op, the query programs
+// make most, answers with it.
+func (a *Agent) leader() (rpc.LeaderInfo, error) {
+	snap := a.snap.Load()
+	l, reason := snap.status.Leader, snap.reason
+	if snap.state == "leader" && !snap.valid(a.cfg.Clock.Now(), a.cfg.Consistency == Quorum) {
+		l, reason = bully.Node{}, reasonLapsed
+	}
+	if l.IsZero() {
+		return rpc.LeaderInfo{}, fmt.Errorf("%s: %w", cmp.Or(reason, "no leader is known"), rpc.ErrNoLeader)
+	}
+	return rpc.LeaderInfo{Node: l.Name, ID: l.ID, Epoch: snap.status.Term}, nil
+}
+
 // Status returns this node's view, as the socket's status op reports it.
 // Whether this node leads is decided at the moment of the call against the
 // lease deadline, not at the last tick.
@@ -159,9 +189,7 @@ func (a *Agent) Status() rpc.Status {
 // leadership it reports holds: the last leadership event's, or the lease
 // deadline's when the lease of a leader ran out since the last tick.
 func (a *Agent) statusSince() (rpc.Status, time.Time) {
-	a.mu.Lock()
-	snap := a.snap
-	a.mu.Unlock()
+	snap := a.snap.Load()
 	now := a.cfg.Clock.Now()
 	since := snap.changed
 	quorum := a.cfg.Consistency == Quorum
@@ -182,7 +210,7 @@ func (a *Agent) statusSince() (rpc.Status, time.Time) {
 		out.LeaseRemainingMS = snap.deadline.Sub(now).Milliseconds()
 	}
 	if snap.state == "leader" && !out.IsLeader {
-		out.State, out.Leader, out.Reason = "no-quorum", nil, "lease expired; stepping down"
+		out.State, out.Leader, out.Reason = "no-quorum", nil, reasonLapsed
 		since = time.Now().Add(snap.deadline.Sub(now)) // the deadline, on the wall clock
 	}
 	if quorum {

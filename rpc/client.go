@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -193,7 +194,7 @@ func (c *Client) callWith(ctx context.Context, op string, in, out any) error {
 	if out == nil {
 		return nil
 	}
-	if err := wire.Unmarshal(resp.Body, out); err != nil {
+	if err := cc.dec.Unmarshal(resp.Body, out); err != nil {
 		return fmt.Errorf("rpc: %s: bad response body: %w", op, err)
 	}
 	return nil
@@ -249,6 +250,9 @@ func callError(op string, err error) error {
 // clientConn is one client-side connection after a successful handshake.
 type clientConn struct {
 	nc     net.Conn
+	br     *bufio.Reader // reads nc, so that a small frame costs one read call, not two
+	enc    wire.Encoder  // encodes the frames writeMsg writes; used by one writer at a time
+	dec    wire.Decoder  // decodes the frames readMsg reads and their bodies; used by one reader at a time
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
@@ -264,7 +268,7 @@ func dial(ctx context.Context, path string, version uint64) (*clientConn, error)
 		}
 		return nil, &unreachableError{path: path, err: err}
 	}
-	cc := &clientConn{nc: nc, max: wire.DefaultMaxFrame}
+	cc := &clientConn{nc: nc, br: bufio.NewReader(nc), max: wire.DefaultMaxFrame}
 	if err := cc.handshake(ctx, path, version); err != nil {
 		nc.Close()
 		return nil, err
@@ -335,7 +339,10 @@ func (cc *clientConn) roundTrip(ctx context.Context, req Request) (Response, err
 func (cc *clientConn) within(ctx context.Context, f func() error) error {
 	deadline, hasDeadline := ctx.Deadline()
 	_ = cc.nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+	stop := neverStopped
+	if ctx.Done() != nil { // a ctx that can end (Background cannot)
+		stop = context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
+	}
 	err := f()
 	if !stop() || err != nil {
 		cc.broken = true
@@ -351,23 +358,31 @@ func (cc *clientConn) within(ctx context.Context, f func() error) error {
 	return err
 }
 
+// neverStopped stands for the stop function of a context.AfterFunc whose
+// ctx can never end: it reports that the function was stopped before it ran.
+func neverStopped() bool { return true }
+
+// writeMsg writes v as one frame, in one call.
 func (cc *clientConn) writeMsg(v any) error {
-	b, err := wire.Marshal(v)
+	frame, err := cc.enc.Frame(v)
 	if err != nil {
 		return err
 	}
-	return wire.WriteFrame(cc.nc, b)
+	if _, err := cc.nc.Write(frame); err != nil {
+		return fmt.Errorf("rpc: write frame: %w", err)
+	}
+	return nil
 }
 
 func (cc *clientConn) readMsg(v any) error {
-	b, err := wire.ReadFrame(cc.nc, cc.max)
+	b, err := wire.ReadFrame(cc.br, cc.max)
 	switch {
 	case errors.Is(err, wire.ErrFrameTooLarge):
 		return fmt.Errorf("%w: %w", ErrFrameTooLarge, err)
 	case err != nil:
 		return err
 	}
-	if err := wire.Unmarshal(b, v); err != nil {
+	if err := cc.dec.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("rpc: malformed frame from the agent: %w", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -19,10 +20,14 @@ var errTooLarge = errors.New("rpc: response too large")
 
 // conn is one server-side connection. Its goroutine (serve) does all reads
 // and writes, except that during a watch a second goroutine reads to learn
-// when the client leaves, and to receive a runner's stopped frames.
+// when the client leaves, and to receive a runner's stopped frames. Only
+// serve encodes and writes, so frames and bodies need no lock.
 type conn struct {
 	srv     *Server
 	nc      net.Conn
+	br      *bufio.Reader // reads nc, so that a small frame costs one read call, not two
+	frames  wire.Encoder  // encodes the frames serve writes
+	bodies  wire.Encoder  // encodes the bodies of the responses serve writes
 	log     *slog.Logger
 	max     int
 	greeted bool // the handshake succeeded; errors now travel as Responses
@@ -35,7 +40,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn, id uint64, peer Peer) *conn {
-	return &conn{srv: s, nc: nc, log: s.log.With("conn", id, "peer_pid", peer.PID), max: s.cfg.MaxFrame, peer: peer}
+	return &conn{srv: s, nc: nc, br: bufio.NewReader(nc), log: s.log.With("conn", id, "peer_pid", peer.PID), max: s.cfg.MaxFrame, peer: peer}
 }
 
 // serve runs the connection: handshake, then requests until the client
@@ -84,7 +89,7 @@ func (c *conn) armRead(d time.Duration) {
 // connection.
 func (c *conn) handshake() bool {
 	c.armRead(c.srv.cfg.HandshakeTimeout)
-	b, err := wire.ReadFrame(c.nc, c.max)
+	b, err := wire.ReadFrame(c.br, c.max)
 	if err != nil {
 		c.readFailed(err)
 		return false
@@ -116,7 +121,7 @@ func (c *conn) handshake() bool {
 // next reads and answers one request; false ends the connection.
 func (c *conn) next() bool {
 	c.armRead(c.srv.cfg.IdleTimeout)
-	b, err := wire.ReadFrame(c.nc, c.max)
+	b, err := wire.ReadFrame(c.br, c.max)
 	if err != nil {
 		c.readFailed(err)
 		return false
@@ -159,7 +164,7 @@ func (c *conn) readFailed(err error) {
 
 // sendHello writes a HelloReply carrying e (nil on success).
 func (c *conn) sendHello(e *Error) error {
-	b, err := wire.Marshal(HelloReply{Version: ProtocolVersion, Agent: c.srv.cfg.AgentVersion,
+	b, err := c.frames.Frame(HelloReply{Version: ProtocolVersion, Agent: c.srv.cfg.AgentVersion,
 		MaxFrame: uint64(c.max), Error: e})
 	if err != nil {
 		c.log.Error("rpc: encode hello reply", "err", err)
@@ -180,7 +185,7 @@ func (c *conn) sendError(seq uint64, e *Error) error {
 // sendBody encodes v as the body of a response to seq; a v that cannot
 // be encoded is answered with internal.
 func (c *conn) sendBody(seq uint64, v any) error {
-	raw, err := wire.Marshal(v)
+	raw, err := c.bodies.Marshal(v)
 	if err != nil {
 		c.log.Error("rpc: encode response body", "seq", seq, "err", err)
 		return c.send(Response{Seq: seq, Error: newError(CodeInternal, "cannot encode the response")})
@@ -191,14 +196,14 @@ func (c *conn) sendBody(seq uint64, v any) error {
 // send writes resp. A response too large for a frame is replaced by a
 // frame_too_large error for the same seq, and errTooLarge is returned.
 func (c *conn) send(resp Response) error {
-	b, err := wire.Marshal(resp)
+	b, err := c.frames.Frame(resp)
 	if err != nil {
 		c.log.Error("rpc: encode response", "seq", resp.Seq, "err", err)
 		return err
 	}
-	if len(b) > c.max {
-		c.srv.warn(c.log, "rpc: response exceeds the frame limit", "seq", resp.Seq, "bytes", len(b), "max_frame", c.max)
-		msg := fmt.Sprintf("the response of %d bytes exceeds the %d-byte frame limit", len(b), c.max)
+	if n := len(b) - wire.HeaderSize; n > c.max {
+		c.srv.warn(c.log, "rpc: response exceeds the frame limit", "seq", resp.Seq, "bytes", n, "max_frame", c.max)
+		msg := fmt.Sprintf("the response of %d bytes exceeds the %d-byte frame limit", n, c.max)
 		if err := c.send(Response{Seq: resp.Seq, Error: newError(CodeFrameTooLarge, msg)}); err != nil {
 			return err
 		}
@@ -207,10 +212,14 @@ func (c *conn) send(resp Response) error {
 	return c.write(b)
 }
 
-// write writes one frame within the write timeout.
-func (c *conn) write(b []byte) error {
+// write writes one frame, header and body as Encoder.Frame returns them,
+// in one call within the write timeout.
+func (c *conn) write(frame []byte) error {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	err := wire.WriteFrame(c.nc, b)
+	_, err := c.nc.Write(frame)
+	if err != nil {
+		err = fmt.Errorf("rpc: write frame: %w", err)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):

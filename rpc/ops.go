@@ -220,7 +220,7 @@ func (c *conn) stream(seq uint64, events <-chan Event, peer <-chan error) *Error
 				c.srv.warn(c.log, "rpc: watcher too slow; its stream was ended")
 				return newError(CodeTooSlow, "this watcher fell too far behind the agent's events; reconnect and read faster")
 			}
-			raw, err := wire.Marshal(ev)
+			raw, err := c.bodies.Marshal(ev)
 			if err != nil {
 				c.log.Error("rpc: encode event; ending the watch", "seq", seq, "err", err)
 				return nil

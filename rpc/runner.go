@@ -81,7 +81,7 @@ func (c *conn) watchPeer(sub subscription) (ended <-chan error, done <-chan stru
 // readPeer reads frames until one ends the watch, and returns why.
 func (c *conn) readPeer(sub subscription) error {
 	for {
-		b, err := wire.ReadFrame(c.nc, c.max)
+		b, err := wire.ReadFrame(c.br, c.max)
 		if err != nil || sub.stopped == nil {
 			return err
 		}

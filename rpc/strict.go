@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/tenurehq/tenure/internal/wire"
@@ -30,6 +31,20 @@ type field struct {
 	required bool // a missing key is bad_request, not the zero value
 }
 
+// strictDecoder is a msgpack decoder and its reader, kept in
+// strictDecoders between the calls of decodeStrict, which every request
+// makes.
+type strictDecoder struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder
+}
+
+var strictDecoders = sync.Pool{New: func() any {
+	d := new(strictDecoder)
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}}
+
 // decodeStrict checks that b is one well-formed msgpack value (wire.Check)
 // and decodes it, a map, into fields. Errors wrap ErrBadRequest and name
 // the key at fault.
@@ -37,7 +52,17 @@ func decodeStrict(b []byte, fields []field) error {
 	if err := wire.Check(b); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	sd := strictDecoders.Get().(*strictDecoder)
+	sd.r.Reset(b)
+	sd.dec.Reset(&sd.r)
+	err := decodeMap(sd.dec, fields)
+	sd.r.Reset(nil) // keep no request in the pool
+	strictDecoders.Put(sd)
+	return err
+}
+
+// decodeMap decodes the map dec holds into fields.
+func decodeMap(dec *msgpack.Decoder, fields []field) error {
 	if c, _ := dec.PeekCode(); !isMapCode(c) {
 		return fmt.Errorf("%w: want a map, got %s", ErrBadRequest, typeName(c))
 	}

@@ -249,7 +249,7 @@ func (w *Watcher) readEvent() (Event, error) {
 		return Event{}, fmt.Errorf("rpc: watch: the agent ended the stream: %w", io.EOF)
 	}
 	var ev Event
-	if err := wire.Unmarshal(resp.Body, &ev); err != nil {
+	if err := w.cc.dec.Unmarshal(resp.Body, &ev); err != nil { // on the reader goroutine, as readMsg
 		return Event{}, fmt.Errorf("rpc: watch: bad event: %w", err)
 	}
 	return ev, nil
