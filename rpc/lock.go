@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/wire"
@@ -186,7 +187,7 @@ var errLockReleased = errors.New("rpc: lock released")
 // release, which ends the reading.
 func (c *conn) readLockFrames(sess LockSession) error {
 	for {
-		b, err := wire.ReadFrame(c.nc, c.max)
+		b, err := wire.ReadFrame(c.br, c.max)
 		if err != nil {
 			return err
 		}
@@ -237,9 +238,10 @@ type Lock struct {
 	final   chan error // the session's final frame (nil after a release)
 	done    chan struct{}
 	closed  chan struct{}
-	// deadline is the lease's end as this process estimates it, in
-	// UnixNano (updated by the reader goroutine).
+	// deadline holds the lease's end as this process estimates it (a
+	// channel of one, so reading and updating it need no lock).
 	deadline chan time.Time
+	writeMu  sync.Mutex // serialises the renewals and the release
 	err      error // why it was lost; written before lost closes
 }
 
@@ -406,8 +408,7 @@ func (l *Lock) run() {
 				}
 			}
 		case <-renew.C:
-			_ = l.cc.nc.SetWriteDeadline(time.Now().Add(l.ttl / 3))
-			if err := l.cc.writeMsg(Request{Seq: 2, Op: OpLockRenew}); err != nil {
+			if err := l.write(time.Now().Add(l.ttl/3), Request{Seq: 2, Op: OpLockRenew}); err != nil {
 				l.lose(fmt.Errorf("rpc: lock %q: renew: %w", l.name, err))
 			}
 		case <-expiry.C:
@@ -427,6 +428,14 @@ func (l *Lock) run() {
 		}
 		expiry.Stop()
 	}
+}
+
+// write sends one frame of the session by deadline (none when zero).
+func (l *Lock) write(deadline time.Time, req Request) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	_ = l.cc.nc.SetWriteDeadline(deadline)
+	return l.cc.writeMsg(req)
 }
 
 // lose closes Lost with err, once.
@@ -449,8 +458,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return err
 	}
 	deadline, _ := ctx.Deadline()
-	_ = l.cc.nc.SetWriteDeadline(deadline)
-	werr := l.cc.writeMsg(Request{Seq: 3, Op: OpRelease})
+	werr := l.write(deadline, Request{Seq: 3, Op: OpRelease})
 	var err error
 	select {
 	case err = <-l.final:
