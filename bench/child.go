@@ -1,51 +1,30 @@
 package main
 
-// The suite's child processes: an etcd member and an etcd election
-// candidate run as this same binary (`compare child etcd-member ...`),
-// so that a candidate can be killed with SIGKILL like a tenure agent, and
-// so that each member's and candidate's CPU and memory can be read from
-// /proc on its own.
+// The suite's etcd members run as this same binary (`compare child
+// etcd-member ...`), one process each, so that each member's CPU and
+// memory can be read from /proc on its own. The candidates are a program
+// of their own (cmd/etcd-candidate), linked with etcd's client only, as an
+// application using etcd for elections would be.
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 )
 
 // runChild runs the child mode args[0] with the flags in args[1:].
 func runChild(args []string) error {
-	if len(args) == 0 {
-		return errors.New("child: want a mode: etcd-member or etcd-candidate")
+	if len(args) == 0 || args[0] != "etcd-member" {
+		return errors.New("child: want the mode etcd-member")
 	}
-	switch args[0] {
-	case "etcd-member":
-		return etcdMember(args[1:])
-	case "etcd-candidate":
-		return etcdCandidate(args[1:])
-	}
-	return fmt.Errorf("child: unknown mode %q", args[0])
-}
-
-// emit prints one event line for the parent: "EVENT UNIXNANO [ARG]".
-var emitMu sync.Mutex
-
-func emit(event string, arg ...string) {
-	emitMu.Lock()
-	defer emitMu.Unlock()
-	fmt.Println(strings.Join(append([]string{event, fmt.Sprint(time.Now().UnixNano())}, arg...), " "))
+	return etcdMember(args[1:])
 }
 
 // etcdMember runs one member of an etcd cluster with etcd's default
@@ -83,7 +62,7 @@ func etcdMember(args []string) error {
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
-		emit("ready")
+		fmt.Println("ready", time.Now().UnixNano()) // an event line: "EVENT UNIXNANO"
 	case <-time.After(time.Minute):
 		return fmt.Errorf("etcd member %s: not ready within a minute", *name)
 	}
@@ -95,77 +74,4 @@ func etcdMember(args []string) error {
 	case err := <-e.Err():
 		return fmt.Errorf("etcd member %s: %w", *name, err)
 	}
-}
-
-// etcdCandidate campaigns in a concurrency.Election with a session of the
-// given TTL, the way a program uses etcd to elect a leader. It prints
-// "ka" for each keepalive etcd answered (the session's lease then runs
-// until about that time + TTL), "leader NAME" for each leader it observes,
-// and "elected" when its campaign wins. On SIGTERM it resigns, revokes
-// its session and exits.
-func etcdCandidate(args []string) error {
-	fs := flag.NewFlagSet("etcd-candidate", flag.ContinueOnError)
-	name := fs.String("name", "", "candidate name, the election value")
-	endpoint := fs.String("endpoint", "", "etcd client URL")
-	ttl := fs.Int("ttl", 10, "session TTL, seconds")
-	prefix := fs.String("prefix", "/bench/election", "election key prefix")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{*endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("etcd candidate %s: client: %w", *name, err)
-	}
-	defer cli.Close()
-	lease, err := cli.Grant(ctx, int64(*ttl))
-	if err != nil {
-		return fmt.Errorf("etcd candidate %s: grant: %w", *name, err)
-	}
-	// The session keeps the lease alive itself; this second keepalive
-	// channel only reports the answers (the client sends one stream per
-	// lease and fans the answers out).
-	kas, err := cli.KeepAlive(context.WithoutCancel(ctx), lease.ID)
-	if err != nil {
-		return fmt.Errorf("etcd candidate %s: keepalive: %w", *name, err)
-	}
-	go func() {
-		for range kas {
-			emit("ka")
-		}
-	}()
-	s, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID))
-	if err != nil {
-		return fmt.Errorf("etcd candidate %s: session: %w", *name, err)
-	}
-	e := concurrency.NewElection(s, *prefix)
-	go func() {
-		for r := range e.Observe(ctx) {
-			if len(r.Kvs) > 0 {
-				emit("leader", string(r.Kvs[0].Value))
-			}
-		}
-	}()
-	elected := make(chan struct{})
-	go func() {
-		if err := e.Campaign(ctx, *name); err == nil {
-			emit("elected")
-			close(elected)
-		}
-	}()
-	<-ctx.Done()
-	stop, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	select {
-	case <-elected:
-		if err := e.Resign(stop); err != nil {
-			return fmt.Errorf("etcd candidate %s: resign: %w", *name, err)
-		}
-	default:
-	}
-	if err := s.Close(); err != nil {
-		return fmt.Errorf("etcd candidate %s: close session: %w", *name, err)
-	}
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -126,13 +127,23 @@ type etcdCandidates struct {
 	started time.Time
 }
 
-// startCandidates starts n candidates with sessions of ttl under a fresh
-// election prefix.
-func startCandidates(self, dir string, c *etcdCluster, n int, ttl time.Duration, prefix string) (*etcdCandidates, error) {
+// buildCandidate builds cmd/etcd-candidate into dir and returns its path.
+func buildCandidate(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "etcd-candidate")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/etcd-candidate").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/etcd-candidate: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startCandidates starts n candidates (the program bin) with sessions of
+// ttl under a fresh election prefix.
+func startCandidates(bin, dir string, c *etcdCluster, n int, ttl time.Duration, prefix string) (*etcdCandidates, error) {
 	cs := &etcdCandidates{started: time.Now()}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("e%03d", i)
-		p, err := startProc(name, filepath.Join(dir, name+".log"), true, self, "child", "etcd-candidate",
+		p, err := startProc(name, filepath.Join(dir, name+".log"), true, bin,
 			"--name", name, "--endpoint", c.endpoints[(i-1)%len(c.endpoints)],
 			"--ttl", fmt.Sprint(int(ttl.Seconds())), "--prefix", prefix)
 		if err != nil {

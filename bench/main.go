@@ -153,6 +153,9 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 			return err
 		}
 	}
+	if s.candidate, err = buildCandidate(ctx, work); err != nil {
+		return err
+	}
 	if s.key, err = tenureKey(ctx, s.bin); err != nil {
 		return err
 	}

@@ -23,16 +23,18 @@ import (
 // floor is computed with.
 const maxDrift = 0.01
 
-// suite holds what the benchmarks share: the tenure binary, this binary
-// (for the etcd children), the work directory and the etcd cluster.
+// suite holds what the benchmarks share: the tenure and etcd-candidate
+// binaries, this binary (for the etcd members), the work directory and
+// the etcd cluster.
 type suite struct {
-	cfg   config
-	bin   string // tenure
-	self  string // this program, for its child modes
-	key   string // the tenure cluster key
-	work  string
-	etcd  *etcdCluster
-	dirNo int
+	cfg       config
+	bin       string // tenure
+	self      string // this program, for its etcd-member mode
+	candidate string // cmd/etcd-candidate
+	key       string // the tenure cluster key
+	work      string
+	etcd      *etcdCluster
+	dirNo     int
 }
 
 // dir makes a fresh directory under the work directory.
@@ -119,7 +121,7 @@ func (s *suite) etcdFailover(ctx context.Context, ttl time.Duration, sig syscall
 		return tr, err
 	}
 	prefix := fmt.Sprintf("/bench/%s-%d", filepath.Base(dir), trial)
-	cs, err := startCandidates(s.self, dir, s.etcd, 3, ttl, prefix)
+	cs, err := startCandidates(s.candidate, dir, s.etcd, 3, ttl, prefix)
 	if err != nil {
 		return tr, err
 	}
@@ -200,7 +202,7 @@ func (s *suite) queries(ctx context.Context) ([]QueryResult, error) {
 		return nil, err
 	}
 	defer f.stop()
-	cs, err := startCandidates(s.self, dir, s.etcd, 3, s.cfg.ttls[len(s.cfg.ttls)-1], "/bench/queries")
+	cs, err := startCandidates(s.candidate, dir, s.etcd, 3, s.cfg.ttls[len(s.cfg.ttls)-1], "/bench/queries")
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +382,7 @@ func (s *suite) etcdFleet(ctx context.Context, n int) (FleetResult, error) {
 	if err != nil {
 		return r, err
 	}
-	cs, err := startCandidates(s.self, dir, s.etcd, n, ttl, fmt.Sprintf("/bench/fleet-%d", n))
+	cs, err := startCandidates(s.candidate, dir, s.etcd, n, ttl, fmt.Sprintf("/bench/fleet-%d", n))
 	if err != nil {
 		return r, err
 	}
