@@ -112,5 +112,5 @@ bench-compare:
 # fleet of 3; results in bin/, docs untouched.
 bench-compare-short:
 	cd bench && $(GO) build -o ../bin/bench-compare .
-	cd bench && ../bin/bench-compare -trials 1 -ttls 2s -query-time 1s -fleet 3 -idle 3s -out ../bin/bench-short.json
+	cd bench && ../bin/bench-compare -trials 1 -ttls 2s -query-time 1s -fleet 3 -idle 3s -strict -out ../bin/bench-short.json
 	cd bench && ../bin/bench-compare report -md ../bin/bench-short.md -png ../bin/bench-short.png ../bin/bench-short.json

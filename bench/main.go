@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -42,6 +43,7 @@ type config struct {
 	only      map[string]bool
 	out       string
 	keep      bool
+	strict    bool
 	tenureBin string
 }
 
@@ -77,6 +79,7 @@ func run(args []string) error {
 	only := fs.String("only", "crash,graceful,query,fleet", "benchmarks to run")
 	fs.StringVar(&cfg.out, "out", "results.json", "write the results to this file")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, journals)")
+	fs.BoolVar(&cfg.strict, "strict", false, "exit with an error when any trial, query run or fleet measured nothing (a fleet that did not agree included): for CI")
 	fs.StringVar(&cfg.tenureBin, "tenure-bin", "", "tenure binary to run (default: built from ../cmd/tenure)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,16 +134,24 @@ func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 func runSuite(ctx context.Context, cfg config, command string) (err error) {
 	begin := time.Now()
 	res := &Results{Started: begin, Machine: machine(), Commit: commit(), Command: command, Timing: cfg.timing}
-	work, err := os.MkdirTemp("", "tenure-bench-")
+	sweepStale()
+	work, err := os.MkdirTemp("", workPrefix)
 	if err != nil {
 		return fmt.Errorf("work dir: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(work, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
 	defer func() {
-		if cfg.keep || err != nil {
+		switch {
+		case cfg.keep:
 			slog.Info("work directory kept", "dir", work)
-			return
+		case err != nil:
+			slog.Info("work directory removed; run with -keep to keep the agents' logs and journals")
+			os.RemoveAll(work)
+		default:
+			os.RemoveAll(work)
 		}
-		os.RemoveAll(work)
 	}()
 	s := &suite{cfg: cfg, work: work}
 	if s.self, err = os.Executable(); err != nil {
@@ -209,7 +220,33 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 			}
 		}
 	}
+	if cfg.strict {
+		return res.problems()
+	}
 	return nil
+}
+
+// workPrefix names the suite's work directories in the temporary
+// directory.
+const workPrefix = "tenure-bench-"
+
+// sweepStale removes the work directories of earlier runs whose process
+// is gone: a run killed with SIGKILL cannot remove its own (its children
+// die with it, by Pdeathsig).
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), workPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "pid"))
+		if err != nil {
+			continue // not ours, or still being created
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || syscall.Kill(pid, 0) == nil {
+			continue // alive (or unreadable): leave it
+		}
+		slog.Info("removing the work directory of a run that was killed", "dir", d)
+		os.RemoveAll(d)
+	}
 }
 
 // machine describes the host: cores, memory, CPU model and Go version.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -73,6 +74,28 @@ type FleetResult struct {
 	Traffic  *Traffic  `json:"traffic,omitempty"`
 	Load     [2]string `json:"load"`
 	Note     string    `json:"note,omitempty"`
+}
+
+// problems lists what measured nothing: failed trials, query runs without
+// an answer, fleets that did not agree or fail over.
+func (r *Results) problems() error {
+	var errs []error
+	for _, t := range append(append([]FailoverTrial(nil), r.Crash...), r.Graceful...) {
+		if t.Error != "" {
+			errs = append(errs, fmt.Errorf("%s trial %d at TTL %.0f s: %s", t.System, t.Trial, t.TTL, t.Error))
+		}
+	}
+	for _, q := range r.Queries {
+		if q.Queries == 0 {
+			errs = append(errs, fmt.Errorf("%s queries with %d clients: no answer", q.System, q.Clients))
+		}
+	}
+	for _, f := range r.Fleets {
+		if f.Agree < 0 || f.Failover < 0 {
+			errs = append(errs, fmt.Errorf("%s fleet of %d: %s", f.System, f.N, f.Note))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // save writes r to path as indented JSON.
