@@ -78,3 +78,20 @@ func TestMergeFleetsReplacesSameSystemAndSize(t *testing.T) {
 		t.Errorf("merged = %+v", got)
 	}
 }
+
+func TestReportWritesTablesAndChart(t *testing.T) {
+	paths, err := filepath.Glob("results/*.json")
+	if err != nil || len(paths) == 0 {
+		t.Skip("no results in results/")
+	}
+	dir := t.TempDir()
+	md, png := filepath.Join(dir, "r.md"), filepath.Join(dir, "r.png")
+	if err := runReport([]string{"-md", md, "-png", png, paths[0]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{md, png} {
+		if fi, err := os.Stat(p); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: not written (%v)", p, err)
+		}
+	}
+}

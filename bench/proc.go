@@ -88,7 +88,8 @@ func startProc(name, logPath string, readStdout bool, bin string, args ...string
 // pid is the child's process ID.
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// lines returns a copy of the stdout lines read so far.
+// linesSince returns a copy of the stdout lines read so far, from line i
+// on.
 func (p *proc) linesSince(i int) []stampedLine {
 	p.mu.Lock()
 	defer p.mu.Unlock()
