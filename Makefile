@@ -7,7 +7,7 @@ GO ?= go
 # the deadline with no failing input (golang/go#75804, fixed in go1.27).
 FUZZTIME ?= 20000x
 
-.PHONY: build demo cluster test check fuzz-short fuzz sim scale nemesis soak
+.PHONY: build demo cluster test check fuzz-short fuzz sim scale nemesis soak bench-compare bench-compare-short
 
 build:
 	$(GO) build -o bin/tenure ./cmd/tenure
@@ -90,3 +90,30 @@ soak:
 	./test/nemesis/deps.sh
 	$(GO) test -tags nemesis -count=1 -timeout=0 -v -run='^TestSchedules$$' ./test/nemesis \
 		-args -nemesis.schedules=$(SOAK_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
+
+# tenure against etcd (bench/, a module of its own so that etcd stays out of
+# tenure's go.mod; docs/BENCHMARKS.md, "tenure and etcd side by side"):
+# crash and graceful failover at TTL 2 s and 10 s (5 real agents against a
+# 3-member etcd cluster with concurrency.Election candidates), leader
+# queries, and fleets of 3 to 100 agents (idle cost, time to agree, the
+# messages of a failover). TRIALS trials per failover setting and system;
+# about 12 minutes with the defaults. It writes bench/results.json,
+# bench/results.md and docs/failover.png. BENCHFLAGS passes more flags,
+# e.g. BENCHFLAGS='-only fleet -fleet 100'.
+TRIALS ?= 5
+BENCHFLAGS ?=
+bench-compare:
+	cd bench && $(GO) build -o ../bin/bench-compare .
+	cd bench && ../bin/bench-compare -trials $(TRIALS) -out results.json $(BENCHFLAGS)
+	cd bench && ../bin/bench-compare report -md results.md -png ../docs/failover.png results.json
+
+# The short form, only to show the suite still runs (about a minute after
+# the build): one trial at TTL 2 s, 1-second query runs, a fleet of 3;
+# -strict makes it fail if anything measured nothing. It vets and tests
+# bench/ first (make check does not reach into its module). Results in
+# bin/, docs untouched.
+bench-compare-short:
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd bench && $(GO) build -o ../bin/bench-compare .
+	cd bench && ../bin/bench-compare -trials 1 -ttls 2s -query-time 1s -fleet 3 -idle 3s -strict -out ../bin/bench-short.json
+	cd bench && ../bin/bench-compare report -md ../bin/bench-short.md -png ../bin/bench-short.png ../bin/bench-short.json

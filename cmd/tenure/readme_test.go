@@ -60,7 +60,7 @@ exec sleep 600
 
 	// Try it, and Development: make targets, the CI script.
 	d.skip("go run ./cmd/tenure demo", "TestDemoTellsTheFencingStory runs the demo")
-	for _, target := range []string{"test", "check", "fuzz-short", "nemesis"} {
+	for _, target := range []string{"test", "check", "fuzz-short", "nemesis", "bench-compare"} {
 		// make -n: the target exists; running it here would run the suite
 		// inside the suite.
 		d.command("make " + target)
