@@ -45,13 +45,18 @@ var (
 // leader's lease TTL is among those, and its named grants were at most
 // namedTTLFactor times it, so they have all run out by then. Without that
 // record (a voter lost its disk), after namedTTLFactor times the longest
-// lease TTL this node's voter accepts.
+// lease TTL this node's voter accepts. In the cluster's first term
+// (Round.First) there is nothing to wait for.
 func (c *core) startTable(now time.Time, rd *leasing.Round) {
 	longest, ok := rd.LongestTTL()
 	if !ok {
 		longest = c.maxTTL()
 	}
-	c.table = named.NewTable(named.Config{MinTTL: MinNamedTTL, MaxTTL: c.maxNamedTTL()}, rd.Epoch, now, namedTTLFactor*longest)
+	grace := namedTTLFactor * longest
+	if rd.First() {
+		grace = 0 // the cluster's first term: nobody granted anything before
+	}
+	c.table = named.NewTable(named.Config{MinTTL: MinNamedTTL, MaxTTL: c.maxNamedTTL()}, rd.Epoch, now, grace)
 }
 
 // namedTable returns the table while this node leads its term with a

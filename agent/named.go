@@ -23,6 +23,8 @@ type lockSession struct {
 	waitUntil time.Time // zero: wait as long as it takes
 	lastRenew time.Time // the client's last lock-renew (or the grant)
 	held      bool
+	task      bool // a singleton task: its acquisition and loss are events
+	token     uint64
 	once      sync.Once
 	end       error
 }
@@ -54,7 +56,7 @@ func (a *Agent) Lock(ctx context.Context, req rpc.LockRequest) (rpc.LockSession,
 	case req.Task:
 		policy = named.Spread
 	}
-	s := &lockSession{name: req.Name, ttl: ttl, events: make(chan rpc.LockEvent, lockEventBuffer)}
+	s := &lockSession{name: req.Name, ttl: ttl, task: req.Task && req.Group == "", events: make(chan rpc.LockEvent, lockEventBuffer)}
 	var err error
 	derr := a.do(ctx, func() {
 		now := a.cfg.Clock.Now()
@@ -136,10 +138,22 @@ func (a *Agent) endSession(s *lockSession, err error) {
 // closeSession forgets s and closes its events with err as the end.
 func (a *Agent) closeSession(s *lockSession, err error) {
 	delete(a.sessions, s.id)
+	if s.held {
+		a.taskEvent(s, rpc.EventTaskLost)
+	}
 	s.once.Do(func() {
 		s.end = err
 		close(s.events)
 	})
+}
+
+// taskEvent tells watchers and hooks that a task session acquired or
+// lost its task.
+func (a *Agent) taskEvent(s *lockSession, event string) {
+	if !s.task {
+		return
+	}
+	a.publish(rpc.Event{Time: formatTime(a.cfg.Clock.Now()), Event: event, Node: a.cfg.Name, Task: s.name, Token: s.token})
 }
 
 // sessionEvent sends ev to s's client; a client too slow to read loses
@@ -166,8 +180,9 @@ func (a *Agent) dispatchNamed(now time.Time) {
 			s.held = true
 			state := rpc.LockRenewed
 			if ev.Kind == named.Acquired {
-				state, s.lastRenew = rpc.LockAcquired, now
+				state, s.lastRenew, s.token = rpc.LockAcquired, now, ev.Token
 				a.counts.add("named.acquired")
+				a.taskEvent(s, rpc.EventTaskAcquired)
 			}
 			a.sessionEvent(s, rpc.LockEvent{State: state, Token: ev.Token, RemainingMS: ev.Deadline.Sub(now).Milliseconds()})
 		case named.Revoked:

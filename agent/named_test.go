@@ -113,3 +113,44 @@ func dialAgent(t *testing.T, a *Agent) *rpc.Client {
 	t.Cleanup(func() { cl.Close() })
 	return cl
 }
+
+// TestTaskEventsReachWatchers: a task acquired and released through a
+// socket is told to watchers as task-acquired and task-lost, with the
+// task's name and token.
+func TestTaskEventsReachWatchers(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(1)
+	c.waitLeader("n1", 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := dialAgent(t, c.agents["n1"])
+	w, err := cl.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	l, err := cl.LockWith(ctx, "nightly", rpc.LockOptions{Wait: -1, Task: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want string) rpc.Event {
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", want, err)
+			}
+			if ev.Event == want {
+				return ev
+			}
+		}
+	}
+	if ev := next(rpc.EventTaskAcquired); ev.Task != "nightly" || ev.Token != l.Token() {
+		t.Fatalf("task-acquired = %+v, want nightly with token %d", ev, l.Token())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(rpc.EventTaskLost); ev.Task != "nightly" || ev.Token != l.Token() {
+		t.Fatalf("task-lost = %+v", ev)
+	}
+}

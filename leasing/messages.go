@@ -93,4 +93,8 @@ type Reply struct {
 	// before each grant), 0 when its record has none: a new leader waits
 	// that long before it grants names nobody re-claimed (package named).
 	Longest time.Duration `msgpack:"longest,omitempty"`
+	// First says the voter had granted nothing before this grant (its
+	// record of the highest epoch granted was 0): no earlier term can have
+	// counted it.
+	First bool `msgpack:"first,omitempty"`
 }

@@ -33,6 +33,7 @@ type Round struct {
 	reasons  map[string]Reason // each refusing voter's reason, by name
 	longest  time.Duration     // longest TTL any granting voter ever promised
 	unknown  bool              // a granting voter's record has no TTL
+	earlier  bool              // a granting voter had granted before
 }
 
 // NewRound starts round seq at sent.
@@ -62,6 +63,7 @@ func (r *Round) Add(rep Reply) {
 		r.granted[rep.Voter.Name] = true
 		r.longest = max(r.longest, rep.Longest)
 		r.unknown = r.unknown || rep.Longest == 0
+		r.earlier = r.earlier || !rep.First
 		return
 	}
 	r.refusals[rep.Reason]++
@@ -82,6 +84,12 @@ func (r *Round) Add(rep Reply) {
 // no earlier leader's lease, nor a named lease it granted (at most its
 // TTL), lasted longer.
 func (r *Round) LongestTTL() (time.Duration, bool) { return r.longest, !r.unknown && r.longest > 0 }
+
+// First reports that no granting voter had granted anything before: no
+// earlier term was ever won, since its majority would share a voter with
+// this round's, which persisted that grant (or, after losing its disk,
+// learnt a floor above it) before this one.
+func (r *Round) First() bool { return len(r.granted) > 0 && !r.earlier }
 
 // Won reports whether a majority granted (of both sets of a joint roster).
 func (r *Round) Won() bool {

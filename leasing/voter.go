@@ -86,11 +86,14 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	}
 	// Record the grant (an acquire's epoch, a renewal's too, and the TTL)
 	// before promising, so a restart holds for as long as this promise.
+	first := v.store.Epoch() == 0
 	if err := v.store.Record(req.Epoch, req.TTL); err != nil {
 		return v.reply(now, false, ReasonStorage)
 	}
 	v.holder, v.epoch, v.expiry = req.Candidate, req.Epoch, now.Add(req.TTL)
-	return v.reply(now, true, "")
+	rep := v.reply(now, true, "")
+	rep.First = first
+	return rep
 }
 
 // check returns why req must be refused, or "".

@@ -145,6 +145,11 @@ const (
 	EventMemberLeave    = "member-leave"
 	EventMemberFailed   = "member-failed"
 	EventMemberUpdate   = "member-update"
+	// EventTaskAcquired and EventTaskLost: a singleton task (a lock
+	// session with Task, such as `tenure run --task`) started or stopped
+	// being held on this node; Task and Token name it.
+	EventTaskAcquired = "task-acquired"
+	EventTaskLost     = "task-lost"
 )
 
 // Event is one leadership or membership change, as streamed by a watch.
@@ -168,6 +173,9 @@ type Event struct {
 	Node string `msgpack:"node" json:"node"`
 	// Member describes the member for member events.
 	Member *Member `msgpack:"member,omitempty" json:"member,omitempty"`
+	// Task and Token name the task and its fencing token for task events.
+	Task  string `msgpack:"task,omitempty" json:"task,omitempty"`
+	Token uint64 `msgpack:"token,omitempty" json:"token,omitempty"`
 }
 
 // Backend answers the server's requests; the agent implements it.

@@ -23,6 +23,8 @@
 //	TENURE_MEMBER       member events only: the member's node name
 //	TENURE_MEMBER_ID    member events only: the member's node ID
 //	TENURE_MEMBER_ADDR  member events only: the member's gossip address
+//	TENURE_TASK         task events only: the task's name
+//	TENURE_TOKEN        task events only: the task's fencing token
 //
 // Its standard input is one JSON object followed by end of file:
 //

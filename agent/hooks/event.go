@@ -29,6 +29,9 @@ type Event struct {
 	Epoch uint64 `json:"epoch"`
 	// Member is the member a member event is about; nil for other events.
 	Member *MemberRef `json:"member,omitempty"`
+	// Task and Token name the task of a task event and its fencing token.
+	Task  string `json:"task,omitempty"`
+	Token uint64 `json:"token,omitempty"`
 }
 
 // LeaderRef names a leader and its term.
@@ -73,6 +76,7 @@ func FromRPC(ev rpc.Event, node string, nodeID uint64) Event {
 	if m := ev.Member; m != nil {
 		out.Member = &MemberRef{Name: m.Name, ID: m.ID, Addr: m.Addr}
 	}
+	out.Task, out.Token = ev.Task, ev.Token
 	return out
 }
 
@@ -80,7 +84,7 @@ func FromRPC(ev rpc.Event, node string, nodeID uint64) Event {
 // inherited from the base environment never leak into a run.
 var envNames = []string{
 	"TENURE_EVENT", "TENURE_NODE", "TENURE_NODE_ID", "TENURE_LEADER", "TENURE_LEADER_ID",
-	"TENURE_EPOCH", "TENURE_MEMBER", "TENURE_MEMBER_ID", "TENURE_MEMBER_ADDR",
+	"TENURE_EPOCH", "TENURE_MEMBER", "TENURE_MEMBER_ID", "TENURE_MEMBER_ADDR", "TENURE_TASK", "TENURE_TOKEN",
 }
 
 // environ returns base without any of envNames, plus ev's variables.
@@ -105,6 +109,9 @@ func (ev Event) environ(base []string) []string {
 		"TENURE_EPOCH="+u64(ev.Epoch))
 	if m := ev.Member; m != nil && isMemberEvent(ev.Event) {
 		out = append(out, "TENURE_MEMBER="+m.Name, "TENURE_MEMBER_ID="+u64(m.ID), "TENURE_MEMBER_ADDR="+m.Addr)
+	}
+	if ev.Task != "" {
+		out = append(out, "TENURE_TASK="+ev.Task, "TENURE_TOKEN="+u64(ev.Token))
 	}
 	return out
 }

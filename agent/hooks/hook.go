@@ -25,10 +25,13 @@ var eventNames = []string{
 	rpc.EventMemberJoin,
 	rpc.EventMemberLeave,
 	rpc.EventMemberFailed,
+	rpc.EventTaskAcquired,
+	rpc.EventTaskLost,
 }
 
 // EventNames returns the names of the events hooks run for: became-leader,
-// lost-leadership, leader-changed, member-join, member-leave, member-failed.
+// lost-leadership, leader-changed, member-join, member-leave, member-failed,
+// task-acquired, task-lost.
 func EventNames() []string { return slices.Clone(eventNames) }
 
 // knownEvent reports whether name is one of EventNames.

@@ -31,7 +31,7 @@ func TestParseHookErrors(t *testing.T) {
 		{"became-leader=  ", "the command is empty"},
 		{"=echo", `unknown event ""`},
 		{"became-leader,,lost-leadership=echo", `unknown event ""`},
-		{"no-leader=echo", `unknown event "no-leader"; want one of became-leader, lost-leadership, leader-changed, member-join, member-leave, member-failed, or *`},
+		{"no-leader=echo", `unknown event "no-leader"; want one of became-leader, lost-leadership, leader-changed, member-join, member-leave, member-failed, task-acquired, task-lost, or *`},
 		{"became-leader,*=echo", `"*" stands alone`},
 	} {
 		_, err := ParseHook(tc.spec)
@@ -77,5 +77,5 @@ func ExampleParseHook() {
 	fmt.Println(err)
 	// Output:
 	// member-join,member-leave: ["member-join" "member-leave"] runs /usr/local/bin/rebalance
-	// hooks: bad hook: unknown event "became-leder"; want one of became-leader, lost-leadership, leader-changed, member-join, member-leave, member-failed, or * (in "became-leder=echo")
+	// hooks: bad hook: unknown event "became-leder"; want one of became-leader, lost-leadership, leader-changed, member-join, member-leave, member-failed, task-acquired, task-lost, or * (in "became-leder=echo")
 }

@@ -281,10 +281,12 @@ exec sleep 600
 		}
 	}
 	for _, v := range hookVars {
-		if !got[v] {
+		if !got[v] && v != "TENURE_TASK" && v != "TENURE_TOKEN" { // task events: agent/named_test.go
 			t.Errorf("the README says hooks get %s; neither hook run got it", v)
 		}
 	}
+
+	checkReadmeLocks(t, d, work, at)
 
 	// Key rotation, from web-1.
 	d.assign(`OLD="$KEY"`)
@@ -490,7 +492,7 @@ func checkJournals(t *testing.T, work string) {
 
 // TestReadmeEnvironmentFlags checks the README's paragraph on the
 // environment: every flag of `tenure agent`, `--socket` of every command,
-// and `tenure run`'s `--grace` and `--log-level` are read from
+// and the `--grace` and `--log-level` of `tenure run` and `tenure lock` are read from
 // TENURE_<FLAG>; every other flag is not, and the README names it among
 // those that cannot be set that way.
 func TestReadmeEnvironmentFlags(t *testing.T) {
@@ -512,7 +514,7 @@ func TestReadmeEnvironmentFlags(t *testing.T) {
 					env = df.GetEnvVars()
 				}
 				want := "TENURE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-				settable := c.Name == "agent" || flag == "socket" || (c.Name == "run" && (flag == "grace" || flag == "log-level"))
+				settable := c.Name == "agent" || flag == "socket" || ((c.Name == "run" || c.Name == "lock") && (flag == "grace" || flag == "log-level"))
 				switch {
 				case settable && (len(env) != 1 || env[0] != want):
 					t.Errorf("%s --%s: the README says %s sets it; it reads %v", name, flag, want, env)
@@ -663,4 +665,62 @@ func TestReadmeLayout(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkReadmeLocks runs the README's "Locks, tasks and partitions"
+// commands on the README's cluster: the lock's command gets TENURE_LOCK
+// and TENURE_TOKEN and its exit code is passed through; a task run on two
+// hosts starts once, with TENURE_TASK and TENURE_TOKEN; a group of twelve
+// partitions run on the three hosts is divided among them, as `tenure
+// partitions` shows.
+func checkReadmeLocks(t *testing.T, d *docRun, work string, at func(int) []string) {
+	t.Helper()
+	writeScript(t, filepath.Join(work, "migrate.sh"), `env | sort >`+work+`/migrate.env; exit 7`+"\n")
+	_, errOut, code := d.shell("tenure lock --timeout 30s migrations -- ./migrate.sh", at(1), "./migrate.sh", filepath.Join(work, "migrate.sh"))
+	if code != 7 {
+		t.Errorf("tenure lock exited %d, want the command's 7: %s", code, errOut)
+	}
+	if env := envFile(t, filepath.Join(work, "migrate.env")); env["TENURE_LOCK"] != "migrations" || env["TENURE_TOKEN"] == "" {
+		t.Errorf("the lock's command got TENURE_LOCK=%q TENURE_TOKEN=%q", env["TENURE_LOCK"], env["TENURE_TOKEN"])
+	}
+	writeScript(t, filepath.Join(work, "report.sh"), `echo "$TENURE_TASK $TENURE_TOKEN" >>`+work+`/report.log; exec sleep 600`+"\n")
+	for i := 1; i <= 2; i++ {
+		d.start("tenure run --task nightly-report -- ./report.sh", at(i), "./report.sh", filepath.Join(work, "report.sh"))
+	}
+	writeScript(t, filepath.Join(work, "consume.sh"), `echo "$TENURE_PARTITIONS" >`+work+`/consume.$$; exec sleep 600`+"\n")
+	for i := 1; i <= 3; i++ {
+		d.start("tenure run --group orders --partitions 12 -- ./consume.sh", at(i), "./consume.sh", filepath.Join(work, "consume.sh"))
+	}
+	eventually(t, 30*time.Second, "the task started once", func() string {
+		b, _ := os.ReadFile(filepath.Join(work, "report.log"))
+		if lines := strings.Fields(string(b)); len(lines) != 2 || lines[0] != "nightly-report" {
+			return fmt.Sprintf("report.log %q", b)
+		}
+		return ""
+	})
+	eventually(t, 40*time.Second, "twelve partitions over three hosts", func() string {
+		out, _, code := tenure(t, append(append([]string{"partitions"}, socketArgs(at(1))...), "orders")...)
+		count := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 2 && f[1] != "-" {
+				count[f[1]]++
+			}
+		}
+		if code != 0 || len(count) != 3 || count["web-1"] != 4 || count["web-2"] != 4 {
+			return fmt.Sprintf("exit %d: %s", code, out)
+		}
+		return ""
+	})
+	d.command("tenure partitions orders")
+}
+
+// socketArgs turns a host's environment (TENURE_SOCKET=...) into --socket
+// arguments.
+func socketArgs(env []string) []string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "TENURE_SOCKET="); ok {
+			return []string{"--socket", v}
+		}
+	}
+	return nil
 }
