@@ -242,7 +242,7 @@ type Lock struct {
 	// channel of one, so reading and updating it need no lock).
 	deadline chan time.Time
 	writeMu  sync.Mutex // serialises the renewals and the release
-	err      error // why it was lost; written before lost closes
+	err      error      // why it was lost; written before lost closes
 }
 
 // Lock waits, until ctx ends, for the named lease with the agent's default
