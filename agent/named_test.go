@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,5 +153,29 @@ func TestTaskEventsReachWatchers(t *testing.T) {
 	}
 	if ev := next(rpc.EventTaskLost); ev.Task != "nightly" || ev.Token != l.Token() {
 		t.Fatalf("task-lost = %+v", ev)
+	}
+}
+
+// TestLockRefusedInAvailableMode: without a quorum there is no safe lease,
+// so a lock request gets invalid_argument saying why, and the agent keeps
+// serving.
+func TestLockRefusedInAvailableMode(t *testing.T) {
+	c := newTestCluster(t)
+	cfg := c.config("n1", 1)
+	cfg.Consistency = Available
+	c.start(cfg)
+	c.waitLeader("n1", 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl := dialAgent(t, c.agents["n1"])
+	_, err := cl.Lock(ctx, "db")
+	if !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), "quorum") {
+		t.Fatalf("lock in available mode: %v, want invalid_argument naming the quorum", err)
+	}
+	if _, err := cl.Locks(ctx); !errors.Is(err, rpc.ErrInvalidArgument) {
+		t.Fatalf("locks in available mode: %v", err)
+	}
+	if _, err := cl.Status(ctx); err != nil {
+		t.Fatalf("the agent stopped serving: %v", err)
 	}
 }
