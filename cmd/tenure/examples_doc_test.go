@@ -26,8 +26,9 @@ import (
 // the lines the README shows under it, in order, and the `tenure run` line
 // against a real agent, once on a fresh store (the write lands, with the
 // term's epoch) and once on the store that has seen token 34 (fenced off:
-// curl -f fails). `go run ./examples/fenced-store` is rewritten to a binary
-// built from the same package.
+// curl -f fails), and the store with --fence per-key with its curl lines.
+// `go run ./examples/fenced-store` is rewritten to a binary built from the
+// same package.
 func TestFencedStoreReadme(t *testing.T) {
 	d := newDocRun(t, "examples/fenced-store/README.md")
 	work := docTempDir(t)
@@ -36,7 +37,7 @@ func TestFencedStoreReadme(t *testing.T) {
 	if out, errOut, code := d.sh("go build -o "+store+" ./examples/fenced-store", nil); code != 0 {
 		t.Fatalf("build fenced-store: %s%s", out, errOut)
 	}
-	port := docPorts(t, 2)
+	port := docPorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	const listenLine = "go run ./examples/fenced-store --data-dir /tmp/store --listen 127.0.0.1:9090"
 	startStore := func(dataDir, addr string) *bgProc {
@@ -77,6 +78,31 @@ func TestFencedStoreReadme(t *testing.T) {
 	srv.stop(syscall.SIGINT, 15*time.Second)
 	srv = startStore(filepath.Join(work, "store"), addr)
 	checkShownOutput(t, d.command(curls[1]), d.mustShell(curls[1], nil, "127.0.0.1:8080", addr))
+
+	// One fence per key: its own store, on its own port, and its curl lines.
+	keyedAddr := fmt.Sprintf("127.0.0.1:%d", port+2)
+	const keyedLine = "go run ./examples/fenced-store --data-dir /tmp/keyed --listen 127.0.0.1:8081 --fence per-key"
+	keyed := d.start(keyedLine, nil, "go run ./examples/fenced-store", store, "/tmp/keyed", filepath.Join(work, "keyed"), "127.0.0.1:8081", keyedAddr)
+	eventually(t, 10*time.Second, "the per-key fenced-store serving", func() string {
+		if keyed.exited() {
+			t.Fatalf("fenced-store --fence per-key exited: %v\n%s", keyed.err, keyed.stderr.String())
+		}
+		if !strings.Contains(keyed.stderr.String(), "msg=serving") {
+			return "not yet"
+		}
+		return ""
+	})
+	for _, c := range []string{
+		"curl -X PUT -H 'Fencing-Token: 12' --data 'partition 3, owner A' http://127.0.0.1:8081/kv/part-3",
+		"curl -X PUT -H 'Fencing-Token: 5' --data 'partition 7, owner B' http://127.0.0.1:8081/kv/part-7",
+		"curl -X PUT -H 'Fencing-Token: 13' --data 'partition 3, owner B' http://127.0.0.1:8081/kv/part-3",
+		"curl -i -X PUT -H 'Fencing-Token: 12' --data 'partition 3, owner A' http://127.0.0.1:8081/kv/part-3",
+		"curl http://127.0.0.1:8081/fence",
+		"curl http://127.0.0.1:8081/fence/part-3",
+	} {
+		checkShownOutput(t, d.command(c), d.mustShell(c, nil, "127.0.0.1:8081", keyedAddr))
+	}
+	keyed.stop(syscall.SIGTERM, 15*time.Second)
 
 	// With tenure: one agent (the default 10s lease, for the default 5s
 	// grace), and tenure run's command writing with its epoch.

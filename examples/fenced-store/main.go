@@ -3,7 +3,7 @@
 // deposed tenure leader cannot overwrite its successor's data. See README.md
 // and package store for the API.
 //
-//	go run ./examples/fenced-store --data-dir /tmp/store [--listen 127.0.0.1:8080]
+//	go run ./examples/fenced-store --data-dir /tmp/store [--listen 127.0.0.1:8080] [--fence per-key]
 package main
 
 import (
@@ -35,6 +35,7 @@ func run(args []string, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("fenced-store", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve HTTP on")
 	dataDir := fs.String("data-dir", "", "directory for the values and the fence (required)")
+	fenceName := fs.String("fence", store.OneFence.String(), "one: one fence for all keys (one leader writes); per-key: a fence per key (e.g. one per partition, each with its own tokens)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil // -h: the usage is printed; not a failure
 	} else if err != nil {
@@ -43,13 +44,18 @@ func run(args []string, logger *slog.Logger) error {
 	if *dataDir == "" {
 		return errors.New("fenced-store: --data-dir is required")
 	}
+	mode, err := store.ParseFenceMode(*fenceName)
+	if err != nil {
+		return fmt.Errorf("fenced-store: --fence: %w", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serve(ctx, *listen, *dataDir, logger)
+	return serve(ctx, *listen, *dataDir, mode, logger)
 }
 
-func serve(ctx context.Context, addr, dataDir string, logger *slog.Logger) error {
-	st, err := store.New(dataDir, logger)
+// serve opens the store in dataDir and serves it on addr until ctx ends.
+func serve(ctx context.Context, addr, dataDir string, mode store.FenceMode, logger *slog.Logger) error {
+	st, err := store.Open(dataDir, mode, logger)
 	if err != nil {
 		return err
 	}

@@ -20,3 +20,11 @@ func TestHelpIsNotAFailure(t *testing.T) {
 		t.Fatalf("run -h = %v", err)
 	}
 }
+
+// TestUnknownFenceModeIsRefused: --fence takes one or per-key only.
+func TestUnknownFenceModeIsRefused(t *testing.T) {
+	err := run([]string{"--data-dir", t.TempDir(), "--fence", "per-row"}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `unknown fence mode "per-row"`) {
+		t.Fatalf("run --fence per-row = %v", err)
+	}
+}
