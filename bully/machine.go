@@ -284,6 +284,13 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	}
 	m.acquiring = 0
 	m.state = StateFollower
+	if m.isSelf(m.leader) {
+		// A leader that started a term above another's (conflict) and
+		// failed to win it no longer leads: it campaigns as any node
+		// without a leader does. Before, it stayed a follower of itself,
+		// which never campaigns.
+		m.leader, m.term = Node{}, 0
+	}
 	m.failures++
 	m.retryAt = now.Add(wait + m.backoff())
 	switch {
