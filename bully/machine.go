@@ -51,6 +51,9 @@ type Machine struct {
 	lastTerm   uint64
 
 	ho handover // resigns, transfers and chosen terms (handover.go)
+	// end is when the voters' promises to the last term followed run out
+	// unless renewed (LeaseEnds, leaseend.go).
+	end leaseEnd
 
 	ready Ready
 }
@@ -102,7 +105,12 @@ func (m *Machine) Status() Status {
 // Deadline returns the instant of the next timer, zero when none is set. A
 // driver may use it to sleep until the next Tick is useful; ticking more
 // often is harmless.
-func (m *Machine) Deadline() time.Time { return m.deadline }
+func (m *Machine) Deadline() time.Time {
+	if e := m.endDeadline(); !e.IsZero() && (m.deadline.IsZero() || e.Before(m.deadline)) {
+		return e
+	}
+	return m.deadline
+}
 
 // Ready returns and clears what the Machine asks its driver to do.
 func (m *Machine) Ready() Ready {
@@ -173,6 +181,7 @@ func (m *Machine) Tick(now time.Time) {
 	if m.state == StateLeader && !now.Before(m.announce) {
 		m.announceTerm(now)
 	}
+	m.checkLeaseEnd(now)
 	m.checkLeaderHeard(now)
 }
 
@@ -256,6 +265,7 @@ func (m *Machine) Acquired(now time.Time, epoch uint64) {
 	m.state = StateLeader
 	m.leader, m.term = m.cfg.Self.Node, epoch
 	m.lastLeader, m.lastTerm = m.cfg.Self.Node, epoch
+	m.end = leaseEnd{}
 	m.ho.leads(epoch)
 	m.announceTerm(now)
 }
