@@ -188,8 +188,17 @@ func (m *Machine) Tick(now time.Time) {
 // checkLeaderHeard forgets a followed leader that has not announced itself
 // for three announce intervals: gossip may still list it, but it no longer
 // leads (its RESIGN was lost), and waiting on it would stall elections.
+// While the voters are known to promise its term (LeaseEnds), the end of
+// that promise decides instead.
 func (m *Machine) checkLeaderHeard(now time.Time) {
 	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
+		return
+	}
+	if m.endPending(now) && m.end.leader == m.leader {
+		// The voters still promise its term, as they reported it: the
+		// node next in line acts when that ends (checkLeaseEnd), at once
+		// and without asking the leader. Forgotten now, the leader, still
+		// live to gossip, would be asked and waited for.
 		return
 	}
 	if now.Sub(m.heard) >= 3*m.cfg.AnnounceInterval {
