@@ -12,11 +12,11 @@ import (
 // renewing, from the voters rather than from gossip. The node the election
 // would pick once the leader is gone (bully.Machine.NextInLine) asks the
 // voters, with the FloorQuery of the reach probe, how their promise stands
-// (promiseView): just after each renewal of the leader is due, and once
-// every quarter interval while it is overdue. From
-// the answers it computes the instant a majority of the roster is free to
-// grant a new term and tells the election (bully.Machine.LeaseEnds), which
-// campaigns at that instant if no renewal was seen meanwhile. A crashed or
+// (promiseView): just after each renewal of the leader is due, and every
+// quarter of a renewal interval while one is overdue. From the answers it
+// computes the instant a majority of the roster is free to grant a new
+// term and tells the election (bully.Machine.LeaseEnds), which campaigns
+// at that instant if no renewal was seen meanwhile. A crashed or
 // frozen leader is thus succeeded as its last promises end, not when
 // gossip declares it failed (about 5 s on a LAN) or three announcements
 // are missed. Only that one node watches, with one query per voter per
@@ -95,6 +95,10 @@ func (c *core) watchLease(now time.Time) {
 	}
 	if w.leader != l || w.term != term {
 		*w = leaseWatch{leader: l, term: term, next: now, seen: map[string]sighting{}}
+	}
+	if c.grants != nil && !w.selfPromised {
+		st := c.grants.Standing(now)
+		w.selfPromised = st.Holder == toLeasing(l) && st.Epoch == term
 	}
 	if !now.Before(w.next) {
 		w.sent = now
@@ -179,13 +183,8 @@ func (c *core) leaseEnd(now time.Time) time.Time {
 			free[name] = s.free
 		}
 	}
-	if c.grants != nil && !c.amnesiac && c.roster().Contains(toLeasing(c.cfg.Self)) {
-		if st := c.grants.Standing(now); st.Holder == toLeasing(w.leader) && st.Epoch == w.term {
-			w.selfPromised = true
-		}
-		if w.selfPromised {
-			free[c.cfg.Self.Name] = c.grants.Standing(now).Free
-		}
+	if w.selfPromised && !c.amnesiac && c.roster().Contains(toLeasing(c.cfg.Self)) {
+		free[c.cfg.Self.Name] = c.grants.Standing(now).Free
 	}
 	times := make([]time.Time, 0, len(free))
 	for _, t := range free {
