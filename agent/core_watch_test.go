@@ -158,3 +158,63 @@ func TestOnlyNextInLineWatches(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchLeavesRenewingLeaderAlone: under message loss and delays beyond
+// a TTL (replies reordered, renewals that reach some voters late), the
+// node next in line never campaigns against a leader that keeps renewing
+// a majority: no acquire is sent in five minutes, and the term stays. An
+// end from answers that a renewal overtook would cost a refused round;
+// the queries continue until the end, and only answers younger than a
+// renewal interval count, so none is acted on.
+func TestWatchLeavesRenewingLeaderAlone(t *testing.T) {
+	for i := range 4 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.addNodes(5)
+			l, _ := s.waitLeader(10 * time.Second)
+			term := s.nodes[l].led[len(s.nodes[l].led)-1]
+			acquires := 0
+			s.dropIf = func(f flight) bool {
+				if r := f.env.Lease; r != nil && r.Kind == leasing.Acquire {
+					acquires++
+				}
+				return false
+			}
+			s.drop, s.slow = 0.1, 0.05
+			s.run(5 * time.Minute)
+			if got := s.nodes[l].led[len(s.nodes[l].led)-1]; s.leader() != l || got != term || acquires != 0 {
+				t.Fatalf("%s's term %d: now %s leads %d, after %d acquire requests\n%s", l, term, s.leader(), got, acquires, s.dump())
+			}
+		})
+	}
+}
+
+// TestShortFreezeKeepsTheTerm: a leader frozen for a third of a TTL (a GC
+// pause; gossip still lists it) wakes with its lease valid and renews:
+// the node next in line sees the renewal overdue but acts only when the
+// promises end, which the renewal moves, so the leader keeps its term and
+// nobody sends an acquire.
+func TestShortFreezeKeepsTheTerm(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	n := s.nodes[l]
+	term := n.led[len(n.led)-1]
+	acquires := 0
+	s.dropIf = func(f flight) bool {
+		if r := f.env.Lease; r != nil && r.Kind == leasing.Acquire {
+			acquires++
+		}
+		return false
+	}
+	for range 20 {
+		s.run(time.Duration(s.rand.Int64N(int64(2 * s.ttl))))
+		n.paused = true
+		s.run(s.ttl / 3)
+		n.paused = false
+	}
+	s.run(s.ttl)
+	if got := n.led[len(n.led)-1]; s.leader() != l || got != term || acquires != 0 {
+		t.Fatalf("%s's term %d: now %s leads %d, after %d acquire requests\n%s", l, term, s.leader(), got, acquires, s.dump())
+	}
+}
