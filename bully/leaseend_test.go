@@ -9,13 +9,11 @@ import (
 // leaseEndFixture is n2 following n3's term 5, with n1 below both: n2 is
 // next in line.
 type leaseEndFixture struct {
-	t          *testing.T
-	now        time.Time
-	m          *Machine
-	n1, n3     Member
-	self       Node
-	term       uint64
-	acquireSet bool
+	now    time.Time
+	m      *Machine
+	n1, n3 Member
+	self   Node
+	term   uint64
 }
 
 func newLeaseEndFixture(t *testing.T) *leaseEndFixture {
@@ -23,7 +21,7 @@ func newLeaseEndFixture(t *testing.T) *leaseEndFixture {
 	cfg := DefaultConfig()
 	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
 	cfg.Rand = rand.New(rand.NewPCG(1, 2))
-	f := &leaseEndFixture{t: t, now: time.Unix(1000, 0), self: cfg.Self.Node, term: 5,
+	f := &leaseEndFixture{now: time.Unix(1000, 0), self: cfg.Self.Node, term: 5,
 		n1: Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true},
 		n3: Member{Node: Node{ID: 3, Name: "n3"}, Eligible: true}}
 	m, err := New(cfg, f.now)
