@@ -26,8 +26,8 @@ func (m *Machine) NextInLine(now time.Time) (leader Node, term uint64, ok bool) 
 		!m.cfg.Self.Eligible, m.cutOff, now.Before(m.holdUntil), m.awaiting(now):
 		return Node{}, 0, false
 	}
-	for _, p := range m.higher(now) {
-		if p.Node != l {
+	for _, p := range m.live { // higher(), without its sort: this runs on every tick
+		if p.Node != l && p.Eligible && m.cfg.Self.Less(p.Node) && !m.isHeld(p.Name, now) && !m.isSilent(p.Name, now) {
 			return Node{}, 0, false
 		}
 	}
