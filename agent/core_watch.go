@@ -35,6 +35,7 @@ type leaseWatch struct {
 	sent         time.Time           // the last query went out at
 	seen         map[string]sighting // each voter's latest answer, for this term
 	end          time.Time           // the end last told to the election
+	told         bool                // the end's passing was logged
 }
 
 // sighting is a voter's answer to the watch, on this node's clock.
@@ -106,6 +107,11 @@ func (c *core) watchLease(now time.Time) {
 		c.askFloors()
 	}
 	c.tellEnd(now)
+	if !w.end.IsZero() && !now.Before(w.end) && !w.told {
+		w.told = true
+		c.log.Info("the leader stopped renewing: the voters' promises to its term have run out; campaigning as the node next in line",
+			"leader", w.leader.Name, "term", w.term)
+	}
 }
 
 // noteSighting records a voter's answer for the watch, and plans the next
