@@ -41,6 +41,7 @@ type core struct {
 
 	live  map[string]memberView // live members, self included
 	reach reach                 // whether the peer transport reaches a majority
+	watch leaseWatch            // the natural successor's watch of the leader's lease
 	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	jumps jumpReport            // refused epoch jumps, for the log
 
@@ -257,6 +258,7 @@ func (c *core) warnForeign(mv memberView, mine string) {
 // budget of a round in flight, and roster fetches.
 func (c *core) tick(now time.Time) {
 	c.probeReach(now)
+	c.watchLease(now)
 	c.m.Tick(now)
 	c.queryFloors(now)
 	if err := c.recover(now); err != nil && !c.warned["recover"] {
@@ -314,10 +316,12 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.PledgeReply != nil:
 		c.onPledgeReply(*env.PledgeReply)
 	case env.FloorQuery:
-		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now)}}
+		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now),
+			Promise: c.promiseView(now)}}
 	case env.Floor != nil:
 		c.noteReply(env.Floor.From)
 		c.noteReadiness(now, *env.Floor)
+		c.noteSighting(now, *env.Floor)
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}

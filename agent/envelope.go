@@ -80,6 +80,9 @@ type floorReply struct {
 	From    bully.Node `msgpack:"from"`
 	Granted uint64     `msgpack:"granted"`
 	Holding bool       `msgpack:"holding,omitempty"`
+	// Promise is the voter's promise, for the natural successor's lease
+	// watch (core_watch.go); nil from a node with no vote to give.
+	Promise *promiseView `msgpack:"promise,omitempty"`
 }
 
 // leaderReply answers a request only the leader carries out (ForceLeave,

@@ -29,7 +29,7 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 		return false
 	case c.quorumMode() && c.roster().IsZero():
 		return false // bootstrapping, or fetching the roster
-	case !c.reach.sent.IsZero():
+	case !c.reach.sent.IsZero(), c.watch.term != 0 && soon(c.watch.next):
 		return false
 	case st.State == bully.StateLeader:
 		return !soon(c.lease.renewAt) && !soon(c.lease.deadline) && !soon(c.changeRetry)

@@ -64,3 +64,44 @@ func TestFailedRoundsBackOff(t *testing.T) {
 	}
 	t.Logf("retry waits after 1..6 failures in a row: %v", waits)
 }
+
+// TestLeaderWhoseNewTermFailsCampaigns: a leader that learns of a term at
+// least as high as its own from a lower node starts a term above it; when
+// that round fails it knows no leader and campaigns again. Before, it was
+// left a follower of itself, which never campaigns (the random schedules
+// found a cluster stuck without a leader that way).
+func TestLeaderWhoseNewTermFailsCampaigns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 3, Name: "n3"}, Eligible: true}
+	cfg.Rand = rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1000, 0)
+	m, err := New(cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
+	m.SetMembers(now, []Member{n1})
+	var epoch uint64
+	for ; epoch == 0; now = now.Add(10 * time.Millisecond) {
+		m.Tick(now)
+		epoch = m.Ready().Acquire
+	}
+	m.Acquired(now, epoch)
+	m.Ready()
+	m.Step(now, Message{Type: MsgInfo, From: n1.Node, To: cfg.Self.Node, Leader: n1.Node, Term: epoch + 1, Epoch: epoch + 1})
+	next := m.Ready().Acquire
+	if next <= epoch+1 {
+		t.Fatalf("the leader started round %d, want one above %d", next, epoch+1)
+	}
+	m.AcquireFailed(now, next, next, 0)
+	if st := m.Status(); st.State != StateFollower || !st.Leader.IsZero() {
+		t.Fatalf("after the failed round: %v following %v, want a follower with no leader", st.State, st.Leader)
+	}
+	for end := now.Add(10 * time.Second); now.Before(end); now = now.Add(10 * time.Millisecond) {
+		m.Tick(now)
+		if m.Ready().Acquire != 0 {
+			return
+		}
+	}
+	t.Fatal("no new campaign within 10 s of the failed round")
+}

@@ -23,10 +23,12 @@ func (m *Machine) onElection(now time.Time, msg Message) *Message {
 	}
 	reply := m.stamp(Message{Type: MsgAnswer, To: msg.From, Leader: m.leader, Term: m.term})
 	if m.state == StateFollower && m.leader.IsZero() && !m.awaiting(now) {
-		if now.Before(m.retryAt) {
-			// Its last lease round failed moments ago: it answers, so the
-			// lower node does not take over, but campaigns only once its
-			// backoff is over (the timer is already set for then).
+		if now.Before(m.retryAt) || m.endPending(now) {
+			// Its last lease round failed moments ago, or the voters still
+			// promise the last leader: it answers, so the lower node does
+			// not take over, but campaigns only once its backoff is over
+			// or the promises have run out (the timer is already set for
+			// then).
 			return &reply
 		}
 		m.startElection(now)
@@ -145,6 +147,9 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 		m.await(now, msg.Successor)
 	}
 	m.conflict(now, msg.From, msg.Term, true)
+	if m.end.leader == msg.From && msg.Term >= m.end.term {
+		m.end = leaseEnd{} // released: the promises end now, not when reported
+	}
 	if m.leader == msg.From && msg.Term >= m.term {
 		m.forgetLeader(now)
 	}
@@ -310,6 +315,9 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	if term > m.lastTerm {
 		m.lastLeader, m.lastTerm = l, term
 	}
+	if m.end.leader != l || m.end.term != term {
+		m.end = leaseEnd{}
+	}
 	m.ho.follows(l)
 }
 
@@ -340,6 +348,16 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 		base = m.ho.until
 	}
 	k := time.Duration(len(m.higher(now)))
+	if m.endPending(now) && !m.end.at.Before(base) {
+		if k == 0 {
+			// Next in line: campaign as the voters become free, no sooner
+			// (the round would be refused) and no later (there is nobody
+			// to spread from).
+			m.deadline = m.end.at
+			return
+		}
+		base = m.end.at
+	}
 	m.deadline = base.Add(k*m.cfg.RankDelay + m.jitter())
 }
 

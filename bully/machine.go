@@ -51,6 +51,9 @@ type Machine struct {
 	lastTerm   uint64
 
 	ho handover // resigns, transfers and chosen terms (handover.go)
+	// end is when the voters' promises to the last term followed run out
+	// unless renewed (LeaseEnds, leaseend.go).
+	end leaseEnd
 
 	ready Ready
 }
@@ -102,7 +105,12 @@ func (m *Machine) Status() Status {
 // Deadline returns the instant of the next timer, zero when none is set. A
 // driver may use it to sleep until the next Tick is useful; ticking more
 // often is harmless.
-func (m *Machine) Deadline() time.Time { return m.deadline }
+func (m *Machine) Deadline() time.Time {
+	if e := m.endDeadline(); !e.IsZero() && (m.deadline.IsZero() || e.Before(m.deadline)) {
+		return e
+	}
+	return m.deadline
+}
 
 // Ready returns and clears what the Machine asks its driver to do.
 func (m *Machine) Ready() Ready {
@@ -173,14 +181,24 @@ func (m *Machine) Tick(now time.Time) {
 	if m.state == StateLeader && !now.Before(m.announce) {
 		m.announceTerm(now)
 	}
+	m.checkLeaseEnd(now)
 	m.checkLeaderHeard(now)
 }
 
 // checkLeaderHeard forgets a followed leader that has not announced itself
 // for three announce intervals: gossip may still list it, but it no longer
 // leads (its RESIGN was lost), and waiting on it would stall elections.
+// While the voters are known to promise its term (LeaseEnds), the end of
+// that promise decides instead.
 func (m *Machine) checkLeaderHeard(now time.Time) {
 	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
+		return
+	}
+	if m.endPending(now) && m.end.leader == m.leader {
+		// The voters still promise its term, as they reported it: the
+		// node next in line acts when that ends (checkLeaseEnd), at once
+		// and without asking the leader. Forgotten now, the leader, still
+		// live to gossip, would be asked and waited for.
 		return
 	}
 	if now.Sub(m.heard) >= 3*m.cfg.AnnounceInterval {
@@ -256,6 +274,7 @@ func (m *Machine) Acquired(now time.Time, epoch uint64) {
 	m.state = StateLeader
 	m.leader, m.term = m.cfg.Self.Node, epoch
 	m.lastLeader, m.lastTerm = m.cfg.Self.Node, epoch
+	m.end = leaseEnd{}
 	m.ho.leads(epoch)
 	m.announceTerm(now)
 }
@@ -284,6 +303,13 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	}
 	m.acquiring = 0
 	m.state = StateFollower
+	if m.isSelf(m.leader) {
+		// A leader that started a term above another's (conflict) and
+		// failed to win it no longer leads: it campaigns as any node
+		// without a leader does. Before, it stayed a follower of itself,
+		// which never campaigns.
+		m.leader, m.term = Node{}, 0
+	}
 	m.failures++
 	m.retryAt = now.Add(wait + m.backoff())
 	switch {

@@ -44,6 +44,7 @@ type Voter struct {
 	holder  Node
 	epoch   uint64
 	expiry  time.Time
+	granted time.Time // when the holder's last request was granted
 	// released is the last term released by its holder: a renewal of it
 	// that arrives late (reordered after the release) is refused, so a
 	// resigned leader is not promised again.
@@ -90,7 +91,7 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	if err := v.store.Record(req.Epoch, req.TTL); err != nil {
 		return v.reply(now, false, ReasonStorage)
 	}
-	v.holder, v.epoch, v.expiry = req.Candidate, req.Epoch, now.Add(req.TTL)
+	v.holder, v.epoch, v.expiry, v.granted = req.Candidate, req.Epoch, now.Add(req.TTL), now
 	rep := v.reply(now, true, "")
 	rep.First = first
 	return rep
@@ -143,7 +144,7 @@ func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
 // release drops the promise if req comes from its holder for its epoch.
 func (v *Voter) release(req Request) {
 	if v.holder == req.Candidate && v.epoch == req.Epoch {
-		v.holder, v.epoch, v.expiry = Node{}, 0, time.Time{}
+		v.holder, v.epoch, v.expiry, v.granted = Node{}, 0, time.Time{}, time.Time{}
 	}
 	if req.Candidate != v.released.holder || req.Epoch > v.released.epoch {
 		v.released.holder, v.released.epoch = req.Candidate, req.Epoch
@@ -156,6 +157,43 @@ func (v *Voter) Promise(now time.Time) (Node, time.Time, bool) {
 		return Node{}, time.Time{}, false
 	}
 	return v.holder, v.expiry, true
+}
+
+// Standing is a voter's promise as it stands at an instant, all on the
+// voter's clock: whom it promised, for which term, until when, when the
+// holder last renewed it, and from when the voter may grant a new term.
+type Standing struct {
+	// Holder and Epoch name the term promised; zero when no promise runs.
+	Holder Node
+	Epoch  uint64
+	// Expiry ends the promise; Granted is when the holder's last request
+	// (its acquire or latest renewal) was granted.
+	Expiry  time.Time
+	Granted time.Time
+	// Free is the instant from which the voter may grant another node a
+	// new term as far as time goes: its promise and its restart hold are
+	// over (the epoch and roster rules still apply).
+	Free time.Time
+	// Released and ReleasedEpoch name the last term its holder released
+	// (zero when none): a promise that ended early, not one that ran out.
+	Released      Node
+	ReleasedEpoch uint64
+}
+
+// Standing returns the voter's promise at now. A candidate that asks for
+// a new term before Free is refused (promised or restarting).
+func (v *Voter) Standing(now time.Time) Standing {
+	st := Standing{Free: now, Released: v.released.holder, ReleasedEpoch: v.released.epoch}
+	if v.started.After(st.Free) {
+		st.Free = v.started
+	}
+	if h, exp, ok := v.Promise(now); ok {
+		st.Holder, st.Epoch, st.Expiry, st.Granted = h, v.epoch, exp, v.granted
+		if exp.After(st.Free) {
+			st.Free = exp
+		}
+	}
+	return st
 }
 
 // Holding reports whether the voter is still in its startup hold at now.

@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// leaseWatch is how the natural successor learns that the leader stopped
+// renewing, from the voters rather than from gossip. The node the election
+// would pick once the leader is gone (bully.Machine.NextInLine) asks the
+// voters, with the FloorQuery of the reach probe, how their promise stands
+// (promiseView): just after each renewal of the leader is due, and every
+// quarter of a renewal interval while one is overdue. From the answers it
+// computes the instant a majority of the roster is free to grant a new
+// term and tells the election (bully.Machine.LeaseEnds), which campaigns
+// at that instant if no renewal was seen meanwhile. A crashed or
+// frozen leader is thus succeeded as its last promises end, not when
+// gossip declares it failed (about 5 s on a LAN) or three announcements
+// are missed. Only that one node watches, with one query per voter per
+// renewal interval, so the cost does not grow with the fleet.
+type leaseWatch struct {
+	leader bully.Node // the term watched
+	term   uint64
+	// released: a voter reported that the leader released the term. It is
+	// handing over (resign, transfer, drain, a lost lease), and its RESIGN,
+	// sent with the release, decides who follows: the watch does not act.
+	released bool
+	// selfPromised: this node's own voter promised the term (as
+	// sighting.promised).
+	selfPromised bool
+	next         time.Time           // the next query
+	sent         time.Time           // the last query went out at
+	seen         map[string]sighting // each voter's latest answer, for this term
+	end          time.Time           // the end last told to the election
+	told         bool                // the end's passing was logged
+}
+
+// sighting is a voter's answer to the watch, on this node's clock.
+type sighting struct {
+	at      time.Time // when the answer came
+	free    time.Time // from when the voter may grant a new term
+	renewed time.Time // when the watched leader last renewed it; zero when it does not promise the leader
+	// promised: this voter was seen promising the watched term, in this
+	// answer or an earlier one. Only such voters count towards the end: a
+	// voter that never did may have answered before the term reached it
+	// (a reply overtaken by the leader's acquire), and says nothing of
+	// when the term's promises end.
+	promised bool
+}
+
+// promiseView is a voter's promise as it reports it in a floorReply, for
+// the watch of the natural successor: the term it promises (zero when
+// none), how long until it may grant a new term (its promise and restart
+// hold over), how long ago the holder's last request was granted, and the
+// last term its holder released. Durations are on the voter's clock.
+type promiseView struct {
+	Holder       bully.Node    `msgpack:"holder,omitempty"`
+	Term         uint64        `msgpack:"term,omitempty"`
+	FreeIn       time.Duration `msgpack:"free_in,omitempty"`
+	Renewed      time.Duration `msgpack:"renewed,omitempty"`
+	Released     bully.Node    `msgpack:"released,omitempty"`
+	ReleasedTerm uint64        `msgpack:"released_term,omitempty"`
+}
+
+// promiseView reports this voter's promise; nil when this node has no vote
+// to give (not a voter, or an amnesiac one, which does not know when it may
+// grant).
+func (c *core) promiseView(now time.Time) *promiseView {
+	if c.grants == nil || c.amnesiac {
+		return nil
+	}
+	st := c.grants.Standing(now)
+	pv := &promiseView{FreeIn: st.Free.Sub(now), Released: toBully(st.Released), ReleasedTerm: st.ReleasedEpoch}
+	if !st.Holder.IsZero() {
+		pv.Holder, pv.Term, pv.Renewed = toBully(st.Holder), st.Epoch, now.Sub(st.Granted)
+	}
+	return pv
+}
+
+// watchLease runs the natural successor's watch (see leaseWatch): it
+// starts or drops the watch as this node's place in line changes, sends a
+// query when one is due, and tells the election the end as the answers
+// still fresh put it.
+func (c *core) watchLease(now time.Time) {
+	w := &c.watch
+	l, term, ok := c.m.NextInLine(now)
+	if !ok || !c.quorumMode() || c.roster().IsZero() {
+		if w.term != 0 {
+			*w = leaseWatch{}
+			c.m.LeaseEnds(now, bully.Node{}, 0, time.Time{})
+		}
+		return
+	}
+	if w.leader != l || w.term != term {
+		*w = leaseWatch{leader: l, term: term, next: now, seen: map[string]sighting{}}
+	}
+	if c.grants != nil && !w.selfPromised {
+		st := c.grants.Standing(now)
+		w.selfPromised = st.Holder == toLeasing(l) && st.Epoch == term
+	}
+	if !now.Before(w.next) {
+		w.sent = now
+		w.next = now.Add(c.cfg.Lease.RenewInterval() / 4) // unless answers say when
+		c.askFloors()
+	}
+	c.tellEnd(now)
+	if !w.end.IsZero() && !now.Before(w.end) && !w.told {
+		w.told = true
+		c.log.Info("the leader stopped renewing: the voters' promises to its term have run out; campaigning as the node next in line",
+			"leader", w.leader.Name, "term", w.term)
+	}
+}
+
+// noteSighting records a voter's answer for the watch, and plans the next
+// query.
+func (c *core) noteSighting(now time.Time, f floorReply) {
+	w := &c.watch
+	pv := f.Promise
+	if w.term == 0 || pv == nil || !c.roster().Contains(toLeasing(f.From)) {
+		return
+	}
+	s := sighting{at: now, free: now.Add(c.voterSpan(pv.FreeIn)), promised: w.seen[f.From.Name].promised}
+	if pv.Holder == w.leader && pv.Term == w.term {
+		s.renewed, s.promised = now.Add(-pv.Renewed), true
+	}
+	if pv.Released == w.leader && pv.ReleasedTerm >= w.term {
+		w.released = true
+	}
+	w.seen[f.From.Name] = s
+	c.tellEnd(now)
+	ri := c.cfg.Lease.RenewInterval()
+	var last time.Time
+	for _, s := range w.seen {
+		if s.renewed.After(last) {
+			last = s.renewed
+		}
+	}
+	// Just after the next renewal has reached the voters; when that is
+	// overdue, every quarter of a renewal interval (the leader's own retry
+	// pace) until the end, so the election acts on fresh answers only.
+	w.next = last.Add(ri + c.cfg.Lease.AcquireBudget)
+	if soonest := w.sent.Add(ri / 4); w.next.Before(soonest) {
+		w.next = soonest
+	}
+}
+
+// voterSpan is the longest a voter's duration d can last on this node's
+// clock, the clocks' rates differing by up to the drift bound.
+func (c *core) voterSpan(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(float64(d) / (1 - c.cfg.Lease.MaxDrift))
+}
+
+// tellEnd tells the election when a majority of the roster is free to
+// grant (leaseEnd).
+func (c *core) tellEnd(now time.Time) {
+	w := &c.watch
+	end := c.leaseEnd(now)
+	if end.Equal(w.end) || (!end.After(now) && !w.end.IsZero() && !w.end.After(now)) {
+		return // unchanged, or over both times
+	}
+	w.end = end
+	c.log.Debug("lease watch: when a majority of the voters may grant a new term", "leader", w.leader.Name, "term", w.term,
+		"in", end.Sub(now), "known", !end.IsZero())
+	c.m.LeaseEnds(now, w.leader, w.term, end)
+}
+
+// leaseEnd is the earliest instant at which the voters free by then make a
+// majority of the roster (of both sets of a joint one): this node's own
+// voter, and the answers younger than a renewal interval and a query's
+// budget. Older ones may predate a renewal they do not show: without a
+// fresh query answered (the queries continue every quarter interval once
+// a renewal is overdue) the end is unknown (zero), and the election does
+// not act on it.
+func (c *core) leaseEnd(now time.Time) time.Time {
+	w := &c.watch
+	if w.released {
+		return time.Time{}
+	}
+	free := map[string]time.Time{}
+	fresh := c.cfg.Lease.RenewInterval() + c.cfg.Lease.AcquireBudget
+	for name, s := range w.seen {
+		if s.promised && now.Sub(s.at) <= fresh {
+			free[name] = s.free
+		}
+	}
+	if w.selfPromised && !c.amnesiac && c.roster().Contains(toLeasing(c.cfg.Self)) {
+		free[c.cfg.Self.Name] = c.grants.Standing(now).Free
+	}
+	times := make([]time.Time, 0, len(free))
+	for _, t := range free {
+		times = append(times, t)
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	r := c.roster()
+	for _, t := range times {
+		if r.Satisfied(func(v leasing.Node) bool { f, ok := free[v.Name]; return ok && !f.After(t) }) {
+			return t
+		}
+	}
+	return time.Time{}
+}

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
+)
+
+// promiseFloor is the global instant from which a majority of the roster
+// is free of promises to dead (which counts as never free): the earliest
+// any next lease can start. It reads the surviving voters' promises.
+func (s *csim) promiseFloor(dead string) time.Time {
+	s.t.Helper()
+	free := map[string]time.Time{}
+	var r leasing.Roster
+	for _, name := range s.order {
+		n := s.nodes[name]
+		if !n.up || name == dead || n.c.grants == nil {
+			continue
+		}
+		r = n.rosters.r
+		local := s.local(n, s.now)
+		free[name] = s.now
+		if h, until, ok := n.c.grants.Promise(local); ok && h.Name == dead {
+			free[name] = s.now.Add(time.Duration(float64(until.Sub(local)) / n.rate))
+		}
+	}
+	times := make([]time.Time, 0, len(free))
+	for _, t := range free {
+		times = append(times, t)
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	for _, t := range times {
+		if r.Satisfied(func(v leasing.Node) bool { f, ok := free[v.Name]; return ok && !f.After(t) }) {
+			return t
+		}
+	}
+	s.t.Fatalf("no majority of the roster survives %s\n%s", dead, s.dump())
+	return time.Time{}
+}
+
+// crashUnnoticed stops a node at once while gossip keeps listing it, as
+// it does for the seconds its failure detection takes (on a LAN about 5 s
+// after a kill -9, and a frozen process for as long as its host answers
+// the probes).
+func (s *csim) crashUnnoticed(name string) {
+	n := s.nodes[name]
+	n.up = false
+	s.stopRunner(n)
+}
+
+// crashFailover kills the leader of a settled five-node cluster at a
+// random point of its renewal cycle (noticed by gossip at once, or not at
+// all) and returns the new leader, how long after the promise floor its
+// lease started, and how many epochs the failover took.
+func crashFailover(t *testing.T, ttl time.Duration, noticed bool) (string, time.Duration, uint64) {
+	s := newCsim(t, testlog.Seed(t))
+	s.ttl = ttl
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	s.run(2*ttl + time.Duration(s.rand.Int64N(int64(ttl/3))))
+	if s.leader() != l {
+		t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
+	}
+	old := s.nodes[l].led[len(s.nodes[l].led)-1]
+	if noticed {
+		s.crash(l)
+	} else {
+		s.crashUnnoticed(l)
+	}
+	floor := s.promiseFloor(l)
+	next, _ := s.waitLeader(ttl + 10*time.Second)
+	return next, s.now.Sub(floor), s.nodes[next].led[len(s.nodes[next].led)-1] - old
+}
+
+// TestCrashedLeaderSucceededAtPromiseEnd: a leader killed while gossip
+// still lists it is succeeded as its voters' promises run out: the node
+// next in line learns from the voters that the renewals stopped and
+// campaigns as they become free. Its lease starts within 200 ms of the
+// floor (30–85 ms here), with the first round (one epoch). Before, the
+// followers waited for three missed announcements (3 s in the local
+// profile), and at TTL 10 s then for a refused round's backoff: 1.4–1.5 s
+// past the floor at TTL 2 s, 0.5–0.75 s at TTL 10 s with an epoch lost.
+func TestCrashedLeaderSucceededAtPromiseEnd(t *testing.T) {
+	for _, ttl := range []time.Duration{2 * time.Second, 10 * time.Second} {
+		for i := range 8 {
+			t.Run(fmt.Sprintf("ttl=%v/%d", ttl, i), func(t *testing.T) {
+				next, late, epochs := crashFailover(t, ttl, false)
+				if next != "n4" || late > 200*time.Millisecond || epochs != 1 {
+					t.Fatalf("%s leads %v after the floor, %d epochs on; want n4 within 200 ms, with one epoch", next, late, epochs)
+				}
+				t.Logf("%s leads %v after the floor", next, late)
+			})
+		}
+	}
+}
+
+// TestGossipDropWaitsForPromiseEnd: a leader whose failure gossip reports
+// at once is succeeded the same way. The node next in line does not
+// campaign while the voters still promise the old leader (a round then
+// would be refused), nor does a lower node's ELECTION make it: it
+// campaigns as the promises end: within 200 ms of the floor (30–85 ms
+// here). Before, it campaigned at once, was refused, and retried after the
+// promises plus a backoff: 0.37–0.57 s past the floor, an epoch lost.
+func TestGossipDropWaitsForPromiseEnd(t *testing.T) {
+	for _, ttl := range []time.Duration{2 * time.Second, 10 * time.Second} {
+		for i := range 8 {
+			t.Run(fmt.Sprintf("ttl=%v/%d", ttl, i), func(t *testing.T) {
+				next, late, epochs := crashFailover(t, ttl, true)
+				if next != "n4" || late > 200*time.Millisecond || epochs != 1 {
+					t.Fatalf("%s leads %v after the floor, %d epochs on; want n4 within 200 ms, with one epoch", next, late, epochs)
+				}
+				t.Logf("%s leads %v after the floor", next, late)
+			})
+		}
+	}
+}
+
+// TestOnlyNextInLineWatches: with a healthy leader, the only node that
+// queries the voters is the one next in line, about once per voter and
+// renewal interval, whatever the fleet's size; and the watch never moves
+// the term (the leader renews before any end it reports comes).
+func TestOnlyNextInLineWatches(t *testing.T) {
+	for _, n := range []int{5, 9} {
+		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.voters = 5
+			s.addNodes(n)
+			l, _ := s.waitLeader(10 * time.Second)
+			s.run(30 * time.Second) // the voter set shrinks to five
+			if s.leader() != l {
+				t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
+			}
+			term := s.nodes[l].led[len(s.nodes[l].led)-1]
+			queries := map[string]int{}
+			s.dropIf = func(f flight) bool {
+				if f.env.FloorQuery && f.from != l {
+					queries[f.from]++
+				}
+				return false
+			}
+			const d = time.Minute
+			s.run(d)
+			want := fmt.Sprintf("n%d", n-1)
+			interval := leasing.DefaultTiming().WithTTL(s.ttl).RenewInterval()
+			limit := 5 * int(d/interval+2) // one query to each of five voters per interval
+			if len(queries) != 1 || queries[want] == 0 || queries[want] > limit {
+				t.Fatalf("queries to the voters by followers in %v: %v; want only %s's, at most %d", d, queries, want, limit)
+			}
+			if got := s.nodes[l].led[len(s.nodes[l].led)-1]; s.leader() != l || got != term {
+				t.Fatalf("the term moved from %s's %d to %s's %d", l, term, s.leader(), got)
+			}
+			t.Logf("%d queries by %s in %v", queries[want], want, d)
+		})
+	}
+}
+
+// TestWatchLeavesRenewingLeaderAlone: under message loss and delays beyond
+// a TTL (replies reordered, renewals that reach some voters late), the
+// node next in line never campaigns against a leader that keeps renewing
+// a majority: no acquire is sent in five minutes, and the term stays. An
+// end from answers that a renewal overtook would cost a refused round;
+// the queries continue until the end, and only answers younger than a
+// renewal interval count, so none is acted on.
+func TestWatchLeavesRenewingLeaderAlone(t *testing.T) {
+	for i := range 4 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.addNodes(5)
+			l, _ := s.waitLeader(10 * time.Second)
+			term := s.nodes[l].led[len(s.nodes[l].led)-1]
+			acquires := 0
+			s.dropIf = func(f flight) bool {
+				if r := f.env.Lease; r != nil && r.Kind == leasing.Acquire {
+					acquires++
+				}
+				return false
+			}
+			s.drop, s.slow = 0.1, 0.05
+			s.run(5 * time.Minute)
+			if got := s.nodes[l].led[len(s.nodes[l].led)-1]; s.leader() != l || got != term || acquires != 0 {
+				t.Fatalf("%s's term %d: now %s leads %d, after %d acquire requests\n%s", l, term, s.leader(), got, acquires, s.dump())
+			}
+		})
+	}
+}
+
+// TestShortFreezeKeepsTheTerm: a leader frozen for a third of a TTL (a GC
+// pause; gossip still lists it) wakes with its lease valid and renews:
+// the node next in line sees the renewal overdue but acts only when the
+// promises end, which the renewal moves, so the leader keeps its term and
+// nobody sends an acquire.
+func TestShortFreezeKeepsTheTerm(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	n := s.nodes[l]
+	term := n.led[len(n.led)-1]
+	acquires := 0
+	s.dropIf = func(f flight) bool {
+		if r := f.env.Lease; r != nil && r.Kind == leasing.Acquire {
+			acquires++
+		}
+		return false
+	}
+	for range 20 {
+		s.run(time.Duration(s.rand.Int64N(int64(2 * s.ttl))))
+		n.paused = true
+		s.run(s.ttl / 3)
+		n.paused = false
+	}
+	s.run(s.ttl)
+	if got := n.led[len(n.led)-1]; s.leader() != l || got != term || acquires != 0 {
+		t.Fatalf("%s's term %d: now %s leads %d, after %d acquire requests\n%s", l, term, s.leader(), got, acquires, s.dump())
+	}
+}
