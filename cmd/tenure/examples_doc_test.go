@@ -236,6 +236,133 @@ func TestSingletonCronReadme(t *testing.T) {
 	ag.stop(syscall.SIGTERM, 20*time.Second)
 }
 
+// TestPartitionsExampleReadme runs examples/partitions/README.md: the demo
+// script on free ports, whose printed output must show all ten partitions
+// held by at least four workers before the kill, the killed worker's
+// partitions held by surviving workers afterwards (with higher tokens, the
+// others unchanged), the late write with the old token refused with 409,
+// the new owner's writes landing, and the store's per-key tokens equal to
+// the holders'. The per-host line is what run.sh runs on each node.
+func TestPartitionsExampleReadme(t *testing.T) {
+	d := newDocRun(t, "examples/partitions/README.md")
+	base := docPorts(t, 12)
+	d.timeout = 3 * time.Minute // the demo takes about 20s, more on a loaded machine
+	out, errOut, code := d.shell("BASE_PORT=28946 ./examples/partitions/run.sh", nil, "28946", strconv.Itoa(base))
+	if code != 0 {
+		t.Fatalf("run.sh: exit %d\n%s\n%s", code, out, errOut)
+	}
+	d.timeout = 0
+	d.skip("./examples/partitions/run.sh", "the BASE_PORT line runs the same on free ports")
+	d.skip("STORE_URL=http://store.example:8081 tenure run --grace 5s --group queue --partitions 10 -- /path/to/worker.sh",
+		"needs hosts and a store; run.sh runs this line on each of its nodes (with a grace for its 2s lease), as its output says")
+	lines := strings.Split(out, "\n")
+	// after returns the lines after the first one starting with prefix.
+	after := func(prefix string) []string {
+		t.Helper()
+		for i, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return lines[i+1:]
+			}
+		}
+		t.Fatalf("run.sh did not print a line starting with %q:\n%s", prefix, out)
+		return nil
+	}
+	type holding struct {
+		holder string
+		token  uint64
+	}
+	// table parses the `tenure partitions queue` table at the start of ls.
+	table := func(ls []string) map[string]holding {
+		t.Helper()
+		if len(ls) < 11 || !strings.HasPrefix(ls[0], "PARTITION  HOLDER  TOKEN") {
+			t.Fatalf("no `tenure partitions` table where expected:\n%s", out)
+		}
+		held := map[string]holding{}
+		for _, l := range ls[1:11] {
+			f := strings.Fields(l)
+			if len(f) < 4 || f[1] == "-" {
+				t.Fatalf("partition not held in %q:\n%s", l, out)
+			}
+			token, err := strconv.ParseUint(f[2], 10, 64)
+			if err != nil {
+				t.Fatalf("bad token in %q: %v", l, err)
+			}
+			held[f[0]] = holding{f[1], token}
+		}
+		for p := range 10 {
+			if _, ok := held[strconv.Itoa(p)]; !ok {
+				t.Fatalf("partition %d missing from the table:\n%s", p, out)
+			}
+		}
+		return held
+	}
+	if !strings.Contains(out, "== on each node: tenure run --grace 500ms --group queue --partitions 10 -- worker.sh") {
+		t.Errorf("run.sh no longer says it runs the README's line on each node:\n%s", out)
+	}
+	before := table(after("== the assignment (tenure partitions queue)"))
+	workers := map[string]bool{}
+	for _, h := range before {
+		workers[h.holder] = true
+	}
+	if len(workers) < 4 {
+		t.Errorf("before the kill, %d workers hold partitions (%v); want at least 4", len(workers), before)
+	}
+
+	m := regexp.MustCompile(`(?m)^== kill -9 (node\d)'s agent \(it holds partitions ([\d, ]+); node\d leads\)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("run.sh did not say which agent it killed:\n%s", out)
+	}
+	victim, moved := m[1], strings.Split(m[2], ", ")
+	for p, h := range before {
+		if (h.holder == victim) != slices.Contains(moved, p) {
+			t.Fatalf("%s held %v before the kill, but run.sh says it holds %v", victim, before, moved)
+		}
+	}
+	if !strings.Contains(out, "worker "+victim+" (queue): stopped") {
+		t.Errorf("%s's worker did not log that it stopped:\n%s", victim, out)
+	}
+	now := table(after("== waiting for partitions " + m[2] + " to move"))
+	for p, h := range now {
+		switch {
+		case h.holder == victim || !workers[h.holder]:
+			t.Errorf("after the kill partition %s is held by %s; want a surviving worker, not %s", p, h.holder, victim)
+		case slices.Contains(moved, p) && h.token <= before[p].token:
+			t.Errorf("moved partition %s: token %d, not above the old owner's %d", p, h.token, before[p].token)
+		case !slices.Contains(moved, p) && h != before[p]:
+			t.Errorf("partition %s was not %s's, yet changed from %v to %v", p, victim, before[p], h)
+		}
+	}
+
+	p := moved[0]
+	late := after(fmt.Sprintf("== %s's worker, late, writes to part-%s with its old token %d", victim, p, before[p].token))
+	wantStale := fmt.Sprintf(`stale fencing token %d for key "part-%s": this store has already accepted token %d for that key`, before[p].token, p, now[p].token)
+	if late[0] != "HTTP/1.1 409 Conflict" || !strings.HasPrefix(late[1], wantStale) {
+		t.Errorf("the late write got %q; want 409 and %q", late[:2], wantStale)
+	}
+	landing := regexp.MustCompile(fmt.Sprintf(`(?m)^part-%s: "%s write (\d+)", 1.5s later "%s write (\d+)"$`, p, now[p].holder, now[p].holder)).FindStringSubmatch(out)
+	if landing == nil {
+		t.Errorf("run.sh did not show %s's writes to part-%s landing:\n%s", now[p].holder, p, out)
+	} else {
+		n1, _ := strconv.Atoi(landing[1])
+		n2, _ := strconv.Atoi(landing[2])
+		if n2 <= n1 {
+			t.Errorf("%s's write count did not grow: %q", now[p].holder, landing[0])
+		}
+	}
+
+	fences := after("== the store's per-key tokens")
+	for i := range 10 {
+		want := fmt.Sprintf("part-%d %d", i, now[strconv.Itoa(i)].token)
+		if i >= len(fences) || fences[i] != want {
+			t.Errorf("the store's per-key tokens: want %q at line %d:\n%s", want, i+1, strings.Join(fences, "\n"))
+			break
+		}
+	}
+	if !strings.Contains(out, "== done; stopping the workers, the agents and the store") {
+		t.Errorf("run.sh did not finish:\n%s", out)
+	}
+}
+
 // TestSystemdExampleReadme checks examples/systemd: every TENURE_*
 // variable of agent.env.example and of the units' Environment= lines
 // names a flag; every ExecStart= line (the units' and the README's) uses
