@@ -11,12 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/agent"
+	"github.com/tenurehq/tenure/internal/fleetview"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -256,9 +256,8 @@ func (f *tenureFleet) waitAgree(ctx context.Context, not string, interval, timeo
 	for time.Now().Before(deadline) {
 		at := time.Now()
 		last = f.statuses(ctx)
-		if l, ok := agreed(last, not); ok {
-			l.At = at
-			return l, nil
+		if leader, epoch, ok := fleetview.Agreed(last, not); ok {
+			return agreement{Leader: leader, Epoch: epoch, At: at}, nil
 		}
 		if gone := f.exitedEarly(); len(gone) > 0 {
 			return agreement{}, fmt.Errorf("agents exited by themselves (see their logs in %s): %v", f.cfg.dir, gone)
@@ -267,46 +266,7 @@ func (f *tenureFleet) waitAgree(ctx context.Context, not string, interval, timeo
 			return agreement{}, err
 		}
 	}
-	return agreement{}, fmt.Errorf("no agreement on a leader within %v: %s", timeout, summarize(last))
-}
-
-func agreed(sts map[string]*rpc.Status, not string) (agreement, bool) {
-	var l agreement
-	for _, st := range sts {
-		if st == nil || st.Leader == nil || st.Leader.Node == not {
-			return agreement{}, false
-		}
-		if l.Leader == "" {
-			l.Leader, l.Epoch = st.Leader.Node, st.Leader.Epoch
-		}
-		if st.Leader.Node != l.Leader || st.Leader.Epoch != l.Epoch {
-			return agreement{}, false
-		}
-	}
-	lst := sts[l.Leader]
-	return l, l.Leader != "" && lst != nil && lst.IsLeader
-}
-
-// summarize counts the agents by the leader they name, or by state.
-func summarize(sts map[string]*rpc.Status) string {
-	counts := map[string]int{}
-	for _, st := range sts {
-		k := "unreachable"
-		switch {
-		case st == nil:
-		case st.Leader == nil:
-			k = "none/" + st.State
-		default:
-			k = fmt.Sprintf("%s@%d", st.Leader.Node, st.Leader.Epoch)
-		}
-		counts[k]++
-	}
-	var parts []string
-	for k, c := range counts {
-		parts = append(parts, fmt.Sprintf("%s×%d", k, c))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
+	return agreement{}, fmt.Errorf("no agreement on a leader within %v: %s", timeout, fleetview.Summarize(last))
 }
 
 // readJournal reads an agent's journal (agent.JournalEntry lines).

@@ -23,13 +23,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/fleetview"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -402,57 +402,17 @@ func (p *poller) waitAgree(t *testing.T, start time.Time, wait time.Duration, no
 	for time.Since(start) < wait {
 		at := time.Now()
 		sts := p.round()
-		if l, ok := agreed(sts, not); ok {
-			l.at = at
-			return l, true
+		if name, epoch, ok := fleetview.Agreed(sts, not); ok {
+			return agreement{name: name, epoch: epoch, at: at}, true
 		}
 		if time.Since(last) > 10*time.Second {
 			last = time.Now()
-			t.Logf("%5.1fs: %s (load %s)", time.Since(start).Seconds(), summarize(sts), loadAverage())
+			t.Logf("%5.1fs: %s (load %s)", time.Since(start).Seconds(), fleetview.Summarize(sts), loadAverage())
 		}
 		time.Sleep(max(0, 250*time.Millisecond-time.Since(at)))
 	}
-	t.Logf("no agreement after %v: %s", wait, summarize(p.round()))
+	t.Logf("no agreement after %v: %s", wait, fleetview.Summarize(p.round()))
 	return agreement{}, false
-}
-
-func agreed(sts map[string]*rpc.Status, not string) (agreement, bool) {
-	var l agreement
-	for _, st := range sts {
-		if st == nil || st.Leader == nil || st.Leader.Node == not {
-			return agreement{}, false
-		}
-		if l.name == "" {
-			l.name, l.epoch = st.Leader.Node, st.Leader.Epoch
-		}
-		if st.Leader.Node != l.name || st.Leader.Epoch != l.epoch {
-			return agreement{}, false
-		}
-	}
-	lst := sts[l.name]
-	return l, l.name != "" && lst != nil && lst.IsLeader
-}
-
-// summarize counts the agents by the leader they name, and by state.
-func summarize(sts map[string]*rpc.Status) string {
-	counts := map[string]int{}
-	for _, st := range sts {
-		k := "unreachable"
-		switch {
-		case st == nil:
-		case st.Leader == nil:
-			k = "none/" + st.State
-		default:
-			k = fmt.Sprintf("%s@%d", st.Leader.Node, st.Leader.Epoch)
-		}
-		counts[k]++
-	}
-	var parts []string
-	for k, c := range counts {
-		parts = append(parts, fmt.Sprintf("%s×%d", k, c))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
 }
 
 // failover kills the leader with SIGKILL and measures how long the others
