@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/loopports"
 )
 
 // proc is one child process of the suite: a tenure agent, an etcd member
@@ -260,7 +261,7 @@ type ports struct{ next int }
 func newPorts(count int) (*ports, error) {
 	for try := 0; try < 50; try++ {
 		base := 10000 + int(time.Now().UnixNano()%int64(32768-10000-count))
-		if portsFree(base, count) {
+		if loopports.Free(base, count) {
 			return &ports{next: base}, nil
 		}
 	}
@@ -270,28 +271,12 @@ func newPorts(count int) (*ports, error) {
 // take returns the next port, checked free for TCP and UDP.
 func (p *ports) take() (int, error) {
 	for ; p.next < 32768; p.next++ {
-		if portsFree(p.next, 1) {
+		if loopports.Free(p.next, 1) {
 			p.next++
 			return p.next - 1, nil
 		}
 	}
 	return 0, errors.New("ports: ran out below 32768")
-}
-
-func portsFree(base, count int) bool {
-	for p := base; p < base+count; p++ {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			return false
-		}
-		l.Close()
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			return false
-		}
-		u.Close()
-	}
-	return true
 }
 
 // loadAverage is the first three fields of /proc/loadavg.

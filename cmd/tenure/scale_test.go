@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/fleetview"
+	"github.com/tenurehq/tenure/internal/loopports"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -295,28 +296,12 @@ func stopAgents(agents []*scaleAgent) {
 func freePortRange(t *testing.T, count int) int {
 	for try := 0; try < 50; try++ {
 		base := 10000 + int(time.Now().UnixNano()%int64(32768-10000-count))
-		if portsFree(base, count) {
+		if loopports.Free(base, count) {
 			return base
 		}
 	}
 	t.Fatal("no free port range")
 	return 0
-}
-
-func portsFree(base, count int) bool {
-	for p := base; p < base+count; p++ {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			return false
-		}
-		l.Close()
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			return false
-		}
-		u.Close()
-	}
-	return true
 }
 
 // agreement is a leader all polled agents named at the same instant.
