@@ -53,6 +53,24 @@ func lockCommand() *cli.Command {
 
 // runLocked runs supervise.RunLocked for the lock and task commands.
 func runLocked(c *cli.Context, cfg supervise.LockConfig, command []string, what string) error {
+	return superviseUnder(c, command, what, func(ctx context.Context, base supervise.Config) (int, error) {
+		cfg.Config = base
+		return supervise.RunLocked(ctx, cfg)
+	})
+}
+
+// runGroup runs supervise.RunGroup for tenure run --group.
+func runGroup(c *cli.Context, group string, command []string) error {
+	return superviseUnder(c, command, "tenure run --group", func(ctx context.Context, base supervise.Config) (int, error) {
+		return supervise.RunGroup(ctx, supervise.GroupConfig{Config: base, Group: group, Partitions: c.Int("partitions"), TTL: c.Duration("ttl")})
+	})
+}
+
+// superviseUnder runs a supervisor of command under a named lease with
+// the command line's --socket, --shell, --grace and --log-level, until it
+// returns or SIGINT or SIGTERM ends it, and turns its result into the
+// exit code.
+func superviseUnder(c *cli.Context, command []string, what string, run func(context.Context, supervise.Config) (int, error)) error {
 	if c.Bool("shell") && len(command) != 1 {
 		return fail(2, "%s --shell: give the script as one quoted argument", what)
 	}
@@ -62,15 +80,14 @@ func runLocked(c *cli.Context, cfg supervise.LockConfig, command []string, what 
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cfg.Config = supervise.Config{
+	code, err := run(ctx, supervise.Config{
 		Socket:  c.String("socket"),
 		Command: command,
 		Shell:   c.Bool("shell"),
 		Grace:   c.Duration("grace"),
 		Logger:  logger,
 		Env:     append(os.Environ(), "TENURE_SOCKET="+c.String("socket")),
-	}
-	code, err := supervise.RunLocked(ctx, cfg)
+	})
 	if err != nil {
 		return fail(max(code, 1), "%s: %v", what, err)
 	}
@@ -80,32 +97,13 @@ func runLocked(c *cli.Context, cfg supervise.LockConfig, command []string, what 
 	return nil
 }
 
-// runGroup runs supervise.RunGroup for tenure run --group.
-func runGroup(c *cli.Context, group string, command []string) error {
-	if c.Bool("shell") && len(command) != 1 {
-		return fail(2, "tenure run --shell: give the script as one quoted argument")
+// holderText is how a listing shows a lease's holder and time left: "-"
+// for both while nobody holds it.
+func holderText(l rpc.LockInfo) (holder, remaining string) {
+	if l.Holder == "" {
+		return "-", "-"
 	}
-	logger, err := newLogger(c.String("log-level"), false)
-	if err != nil {
-		return fail(2, "tenure run: %v", err)
-	}
-	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	code, err := supervise.RunGroup(ctx, supervise.GroupConfig{
-		Config: supervise.Config{
-			Socket:  c.String("socket"),
-			Command: command,
-			Shell:   c.Bool("shell"),
-			Grace:   c.Duration("grace"),
-			Logger:  logger,
-			Env:     append(os.Environ(), "TENURE_SOCKET="+c.String("socket")),
-		},
-		Group: group, Partitions: c.Int("partitions"), TTL: c.Duration("ttl"),
-	})
-	if err != nil {
-		return fail(max(code, 1), "tenure run --group: %v", err)
-	}
-	return nil
+	return l.Holder, (time.Duration(l.RemainingMS) * time.Millisecond).String()
 }
 
 func partitionsCommand() *cli.Command {
@@ -147,10 +145,7 @@ func partitionsCommand() *cli.Command {
 				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "PARTITION\tHOLDER\tTOKEN\tREMAINING\tMOVING")
 				for _, l := range ls {
-					holder, remaining := l.Holder, (time.Duration(l.RemainingMS) * time.Millisecond).String()
-					if holder == "" {
-						holder, remaining = "-", "-"
-					}
+					holder, remaining := holderText(l)
 					moving := ""
 					if l.Revoking {
 						moving = "yes"
@@ -186,10 +181,7 @@ func locksCommand() *cli.Command {
 				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tKIND\tHOLDER\tTOKEN\tREMAINING\tWAITERS")
 				for _, l := range ls {
-					holder, remaining := l.Holder, (time.Duration(l.RemainingMS) * time.Millisecond).String()
-					if holder == "" {
-						holder, remaining = "-", "-"
-					}
+					holder, remaining := holderText(l)
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, l.Kind, holder, l.Token, remaining, strings.Join(l.Waiters, ","))
 				}
 				return w.Flush()
