@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tenurehq/tenure/agent/supervise"
+	"github.com/tenurehq/tenure/leasing/redislock"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -27,8 +29,13 @@ func lockCommand() *cli.Command {
 			"TENURE_LOCK and TENURE_TOKEN (a fencing token that grows with every grant of NAME) in its\n" +
 			"environment, renews the lock while CMD runs, and releases it when CMD exits. If a renewal\n" +
 			"fails, CMD's process group is stopped (SIGTERM, SIGKILL after --grace) before the lock can end.\n" +
+			"With --backend redis://HOST:PORT the lock is taken in one Redis instance instead (SET NX PX,\n" +
+			"with a fencing token from a counter of the name); with --backend redlock://H1:P1,H2:P2,H3:P3\n" +
+			"by Redlock over independent instances, which has NO fencing token: TENURE_TOKEN is not set,\n" +
+			"and --require-token refuses it (docs/GUARANTEES.md, \"Choosing a lock\").\n" +
 			"Exit codes: CMD's own when it ran; 3 not acquired within --timeout (or, with --timeout 0,\n" +
-			"held); 4 no quorum or no leader; 5 the lock was lost and CMD stopped; 2 usage or refused.",
+			"held); 4 no quorum or no leader (for Redis: too few instances answer); 5 the lock was lost\n" +
+			"and CMD stopped; 2 usage or refused.",
 		ArgsUsage: "NAME -- CMD [ARGS...]",
 		Flags: []cli.Flag{
 			socketFlag(),
@@ -37,6 +44,8 @@ func lockCommand() *cli.Command {
 			&cli.DurationFlag{Name: "grace", Value: supervise.DefaultGrace, Usage: "time between SIGTERM and SIGKILL, and the margin kept before the lock's end", EnvVars: env("grace")},
 			&cli.BoolFlag{Name: "shell", Usage: "run CMD (one argument) with /bin/sh -c"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+			&cli.StringFlag{Name: "backend", Usage: "take the lock in Redis: redis://HOST:PORT (one instance, fenced) or redlock://H1:P1,H2:P2,H3:P3 (Redlock, no fencing token)", DefaultText: "the local tenure agent"},
+			&cli.BoolFlag{Name: "require-token", Usage: "refuse a backend that gives no fencing token (Redlock)"},
 		},
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -46,9 +55,39 @@ func lockCommand() *cli.Command {
 			if len(args) < 2 || strings.HasPrefix(args[0], "-") {
 				return fail(2, "tenure lock: give the lock's name and a command (usage: tenure lock [options] NAME -- CMD ARGS...)")
 			}
-			return runLocked(c, supervise.LockConfig{Name: args[0], TTL: c.Duration("ttl"), Wait: c.Duration("timeout")}, args[1:], "tenure lock")
+			cfg := supervise.LockConfig{Name: args[0], TTL: c.Duration("ttl"), Wait: c.Duration("timeout"), RequireToken: c.Bool("require-token")}
+			if backend := c.String("backend"); backend != "" {
+				lk, err := redislock.Open(backend, redislock.Config{})
+				if err != nil {
+					return fail(2, "tenure lock --backend: %v", err)
+				}
+				defer lk.Close()
+				if cfg.RequireToken && !lk.Fenced() {
+					return fail(2, "tenure lock: --require-token: %s is Redlock, which gives no fencing token; use --backend redis://HOST:PORT or the tenure agent", backend)
+				}
+				cfg.Locker = redisLocker{lk}
+			}
+			return runLocked(c, cfg, args[1:], "tenure lock")
 		},
 	}
+}
+
+// redisLocker grants tenure lock's leases from Redis (leasing/redislock),
+// with the errors supervise.RunLocked turns into exit codes.
+type redisLocker struct{ lk *redislock.Locker }
+
+// Lock takes the lock in Redis.
+func (r redisLocker) Lock(ctx context.Context, name string, o supervise.LeaseOptions) (supervise.Lease, error) {
+	l, err := r.lk.Lock(ctx, name, redislock.LockOptions{TTL: o.TTL, Wait: o.Wait})
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, redislock.ErrUnavailable):
+		return nil, fmt.Errorf("%w: %s: %w", supervise.ErrLeaseUnavailable, r.lk, err)
+	case errors.Is(err, redislock.ErrNotAcquired):
+		return nil, fmt.Errorf("%w: %s: %w", supervise.ErrLeaseNotGranted, r.lk, err)
+	}
+	return nil, fmt.Errorf("%s: %w", r.lk, err)
 }
 
 // runLocked runs supervise.RunLocked for the lock and task commands.
@@ -78,6 +117,7 @@ func superviseUnder(c *cli.Context, command []string, what string, run func(cont
 	if err != nil {
 		return fail(2, "%s: %v", what, err)
 	}
+	redislock.SetRedisLogger(logger)
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, supervise.Config{

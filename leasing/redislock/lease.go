@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -147,7 +146,7 @@ func (l *Lease) extend() error {
 		return nil
 	}
 	lk.cfg.Logger.Warn("redislock: renewal failed; trying again until the deadline",
-		"name", l.name, "extended", out.ok, "instances", n, "err", errors.Join(out.errs...))
+		"name", l.name, "extended", out.ok, "instances", n, "err", joinErrs(out.errs))
 	return nil
 }
 
@@ -164,7 +163,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	if len(out.errs) > 0 {
 		return fmt.Errorf("redislock: unlock %q: %d of %d instances did not answer (the lock expires there): %w",
-			l.name, len(out.errs), len(l.lk.instances), errors.Join(out.errs...))
+			l.name, len(out.errs), len(l.lk.instances), joinErrs(out.errs))
 	}
 	return nil
 }

@@ -350,7 +350,7 @@ func (lk *Locker) tryLock(ctx context.Context, name string, ttl time.Duration) (
 	cancel()
 	if len(out.errs) > len(lk.instances)-lk.Quorum() {
 		return nil, fmt.Errorf("%w: lock %q: %d of %d instances did not answer, %d needed: %w",
-			ErrUnavailable, name, len(out.errs), len(lk.instances), lk.Quorum(), errors.Join(out.errs...))
+			ErrUnavailable, name, len(out.errs), len(lk.instances), lk.Quorum(), joinErrs(out.errs))
 	}
 	if out.ok >= lk.Quorum() {
 		return nil, fmt.Errorf("%w: lock %q: a majority granted it, but acquiring took longer than the TTL allows", ErrNotAcquired, name)
@@ -389,4 +389,27 @@ type redisLogger struct{ l *slog.Logger }
 // Printf logs one go-redis message at debug level.
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
+
+// instanceErrors is the errors of several instances, on one line.
+type instanceErrors []error
+
+// Error joins the errors with "; ".
+func (e instanceErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns the instances' errors.
+func (e instanceErrors) Unwrap() []error { return e }
+
+// joinErrs returns errs as one error, nil when there are none.
+func joinErrs(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return instanceErrors(errs)
 }
