@@ -387,7 +387,11 @@ func (l *Lock) run() {
 				ended <- err
 				return
 			}
-			frames <- ev
+			select {
+			case frames <- ev:
+			case <-l.closed: // run has returned and closed the connection
+				return
+			}
 		}
 	}()
 	renew := time.NewTicker(max(l.ttl/3, 100*time.Millisecond))
