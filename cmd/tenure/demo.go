@@ -58,6 +58,7 @@ func demoCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lease-ttl", Value: 2 * time.Second, Usage: "the agents' lease TTL, at most 10s; the demo waits out one lease"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per step instead of prose"},
 			&cli.BoolFlag{Name: "verbose", Usage: "print the agents' and the store's logs on stderr"},
+			&cli.BoolFlag{Name: "compare", Usage: "tell the story against Redlock, a single Redis instance and a tenure lock, with real redis-server processes: a holder paused past its TTL writes late"},
 		},
 		Action: runDemoCommand,
 	}
@@ -76,7 +77,11 @@ func runDemoCommand(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop) // a second signal kills at once
-	err := runDemo(ctx, c.App.Writer, opts)
+	run := runDemo
+	if c.Bool("compare") {
+		run = runCompare
+	}
+	err := run(ctx, c.App.Writer, opts)
 	switch {
 	case err == nil:
 		return nil

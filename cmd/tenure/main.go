@@ -50,6 +50,7 @@ func newApp() *cli.App {
 			drainCommand(),
 			transferCommand(),
 			demoCommand(),
+			demoHolderCommand(),
 			keygenCommand(),
 			keysCommand(),
 			versionCommand(),
