@@ -590,6 +590,7 @@ func TestDocsNameFlagsThatExist(t *testing.T) {
 		"--workers":     "drain-queue, the README's example command",
 		"--data":        "curl",
 		"--listen":      "fenced-store",
+		"--fence":       "fenced-store",
 		"--reuid":       "setpriv",
 		"--regid":       "setpriv",
 		"--init-groups": "setpriv",
