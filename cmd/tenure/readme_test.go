@@ -506,6 +506,9 @@ func TestReadmeEnvironmentFlags(t *testing.T) {
 	var walk func(prefix string, cmds []*cli.Command)
 	walk = func(prefix string, cmds []*cli.Command) {
 		for _, c := range cmds {
+			if c.Hidden {
+				continue // not for users (tenure demo --compare's holder)
+			}
 			name := prefix + " " + c.Name
 			for _, f := range c.Flags {
 				flag := f.Names()[0]
