@@ -199,15 +199,31 @@ func partitionsCommand() *cli.Command {
 }
 
 func locksCommand() *cli.Command {
+	return leasesCommand("locks", "lock", "list the named locks the leader holds: holders, tokens and waiters in queue order", "WAITERS")
+}
+
+func tasksCommand() *cli.Command {
+	return leasesCommand("tasks", "task", "list the singleton tasks (tenure run --task): the host each is placed on, and its token", "CANDIDATES")
+}
+
+// leasesCommand lists the leader's named leases of one kind (the kind
+// field of rpc.LockInfo); others names the column of the waiting nodes.
+func leasesCommand(name, kind, usage, others string) *cli.Command {
 	return &cli.Command{
-		Name:  "locks",
-		Usage: "list the named locks and tasks the leader holds, their holders, tokens and waiters",
+		Name:  name,
+		Usage: usage,
 		Flags: []cli.Flag{socketFlag(), jsonFlag()},
 		Action: func(c *cli.Context) error {
 			return withClient(c, func(ctx context.Context, cl *rpc.Client) error {
-				ls, err := cl.Locks(ctx)
+				all, err := cl.Locks(ctx)
 				if err != nil {
 					return err
+				}
+				ls := []rpc.LockInfo{}
+				for _, l := range all {
+					if l.Kind == kind {
+						ls = append(ls, l)
+					}
 				}
 				if c.Bool("json") {
 					enc := json.NewEncoder(c.App.Writer)
@@ -215,14 +231,14 @@ func locksCommand() *cli.Command {
 					return enc.Encode(ls)
 				}
 				if len(ls) == 0 {
-					fmt.Fprintln(c.App.Writer, "no locks or tasks are held or waited for")
+					fmt.Fprintf(c.App.Writer, "no %s held or waited for\n", name)
 					return nil
 				}
 				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "NAME\tKIND\tHOLDER\tTOKEN\tREMAINING\tWAITERS")
+				fmt.Fprintf(w, "NAME\tHOLDER\tTOKEN\tREMAINING\t%s\n", others)
 				for _, l := range ls {
 					holder, remaining := holderText(l)
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, l.Kind, holder, l.Token, remaining, strings.Join(l.Waiters, ","))
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.Name, holder, l.Token, remaining, strings.Join(l.Waiters, ","))
 				}
 				return w.Flush()
 			})

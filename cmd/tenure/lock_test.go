@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -315,6 +316,15 @@ func TestTasksSpreadOverHosts(t *testing.T) {
 		t.Fatalf("ten tasks landed on %d hosts: %v", len(hosts), tasks)
 	}
 	t.Logf("placement: %v", hosts)
+	listing, _, code := tenure(t, "tasks", "--socket", socks[4])
+	if code != 0 || strings.Count(listing, "report-") != 10 {
+		t.Fatalf("tenure tasks (exit %d) does not list the ten tasks:\n%s", code, listing)
+	}
+	for name, host := range tasks {
+		if !regexp.MustCompile(`(?m)^` + name + `\s+` + host + `\s+[0-9]+`).MatchString(listing) {
+			t.Errorf("tenure tasks does not show %s on %s:\n%s", name, host, listing)
+		}
+	}
 	cancel()
 	wg.Wait()
 

@@ -45,6 +45,7 @@ func newApp() *cli.App {
 			runCommand(),
 			lockCommand(),
 			locksCommand(),
+			tasksCommand(),
 			partitionsCommand(),
 			forceLeaveCommand(),
 			drainCommand(),
