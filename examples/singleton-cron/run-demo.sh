@@ -44,32 +44,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say() { printf '\n== %s\n' "$*"; }
-
-# fail MESSAGE: print it and the end of every log, then exit 1.
-fail() {
-  echo "run-demo: $*" >&2
-  for f in "$work"/*.log; do
-    printf -- '--- %s\n' "${f##*/}" >&2
-    tail -n 15 "$f" >&2
-  done
-  exit 1
-}
-
-# wait_until SECONDS DESCRIPTION COMMAND...: poll COMMAND every 0.2s; give
-# up early when an agent that should run has exited.
-wait_until() {
-  local secs=$1 what=$2 i
-  shift 2
-  for _ in $(seq 1 $((secs * 5))); do
-    if "$@"; then return 0; fi
-    for i in "${!agents[@]}"; do
-      kill -0 "${agents[i]}" 2>/dev/null || fail "node$i's agent exited"
-    done
-    sleep 0.2
-  done
-  fail "no $what after ${secs}s"
-}
+# say, fail and wait_until.
+# shellcheck source=../lib/demo.sh
+source "$(dirname "$0")/../lib/demo.sh"
 
 # ticks_from MIN_EPOCH NOT_HOST: how many lines have an epoch >= MIN_EPOCH
 # and a host other than NOT_HOST.
