@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +103,7 @@ func runCompare(ctx context.Context, w io.Writer, opts demoOptions) (err error) 
 		}
 		servers = append(servers, s)
 	}
-	if err := d.startPerKeyStore(); err != nil {
+	if err := d.startStore(store.PerKey); err != nil {
 		return err
 	}
 	if err := d.startAgents(); err != nil { // they elect while the Redis cases run
@@ -151,25 +149,6 @@ func runCompare(ctx context.Context, w io.Writer, opts demoOptions) (err error) 
 	}
 	d.compareSummary(results)
 	return d.out.err
-}
-
-// startPerKeyStore opens the fenced store with a fence per key and serves
-// it on a free loopback port.
-func (d *demo) startPerKeyStore() error {
-	st, err := store.Open(filepath.Join(d.dir, "store"), store.PerKey, d.logger.With("component", "store"))
-	if err != nil {
-		return fmt.Errorf("open the fenced store: %w", err)
-	}
-	d.store = st
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen for the fenced store: %w", err)
-	}
-	d.url = "http://" + ln.Addr().String()
-	d.server = &http.Server{Handler: st.Handler(), ReadHeaderTimeout: demoCallTimeout}
-	d.served = make(chan error, 1)
-	go func() { d.served <- d.server.Serve(ln) }()
-	return nil
 }
 
 // redisTaker is the second client of a Redis backend.

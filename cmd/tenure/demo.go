@@ -207,7 +207,7 @@ func (d *demo) setup(context.Context) error {
 	if err := d.startAgents(); err != nil {
 		return err
 	}
-	if err := d.startStore(); err != nil {
+	if err := d.startStore(store.OneFence); err != nil {
 		return err
 	}
 	d.out.step("start", map[string]any{"dir": d.dir, "nodes": d.opts.Nodes, "lease_ttl_ms": d.opts.LeaseTTL.Milliseconds(),
@@ -255,9 +255,11 @@ func (d *demo) startAgents() error {
 	return nil
 }
 
-// startStore opens the fenced store and serves it on a free loopback port.
-func (d *demo) startStore() error {
-	st, err := store.New(filepath.Join(d.dir, "store"), d.logger.With("component", "store"))
+// startStore opens the fenced store, with its fences kept as mode says
+// (one for the whole store, or one per key), and serves it on a free
+// loopback port.
+func (d *demo) startStore(mode store.FenceMode) error {
+	st, err := store.Open(filepath.Join(d.dir, "store"), mode, d.logger.With("component", "store"))
 	if err != nil {
 		return fmt.Errorf("open the fenced store: %w", err)
 	}
