@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,64 +15,13 @@ import (
 	"github.com/tenurehq/tenure/internal/redisproc/redistest"
 )
 
-// redisRecorder is lockRecorder for the Redis backends: it logs "start
-// NANOS TOKEN ID" and "end NANOS TOKEN ID", TOKEN being "unset" when the
-// command got no TENURE_TOKEN.
-const redisRecorder = `echo "start $(date +%s%N) ${TENURE_TOKEN-unset} $ID" >> "$LOCK_LOG"
-trap 'echo "end $(date +%s%N) ${TENURE_TOKEN-unset} $ID" >> "$LOCK_LOG"; kill $! 2>/dev/null; exit 0' TERM
-sleep "$HOLD" & wait
-echo "end $(date +%s%N) ${TENURE_TOKEN-unset} $ID" >> "$LOCK_LOG"`
-
-// redisRun is one run of the recorder.
-type redisRun struct {
-	id, token  string
-	start, end int64
-}
-
-func readRedisLog(t *testing.T, path string) []redisRun {
-	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	byID := map[string]*redisRun{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var what, token, id string
-		var at int64
-		if _, err := fmt.Sscan(sc.Text(), &what, &at, &token, &id); err != nil {
-			t.Fatalf("bad log line %q: %v", sc.Text(), err)
-		}
-		r := byID[id]
-		if r == nil {
-			r = &redisRun{id: id, token: token}
-			byID[id] = r
-		}
-		if what == "start" {
-			r.start = at
-		} else {
-			r.end = at
-		}
-	}
-	var runs []redisRun
-	for _, r := range byID {
-		runs = append(runs, *r)
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
-	return runs
-}
-
 // startRedisLock starts `tenure lock --backend BACKEND` with the recorder.
-func startRedisLock(t *testing.T, backend, id, logPath, hold string, flags ...string) *exec.Cmd {
+func startRedisLock(t *testing.T, backend, node, logPath, hold string, flags ...string) *exec.Cmd {
 	t.Helper()
 	args := append([]string{"lock", "--backend", backend, "--grace", "300ms"}, flags...)
-	args = append(args, "job", "--", "sh", "-c", redisRecorder)
+	args = append(args, "job", "--", "sh", "-c", lockRecorder)
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(slicesWithout(os.Environ(), "TENURE_TOKEN"), "LOCK_LOG="+logPath, "ID="+id, "HOLD="+hold)
+	cmd.Env = append(slicesWithout(os.Environ(), "TENURE_TOKEN"), "LOCK_LOG="+logPath, "NODE="+node, "HOLD="+hold)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -114,7 +61,7 @@ func TestLockRedisBackendsNeverOverlap(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			runs := readRedisLog(t, logPath)
+			runs := readLockLog(t, logPath)
 			if len(runs) != 5 {
 				t.Fatalf("%d runs recorded, want 5: %+v", len(runs), runs)
 			}
@@ -123,24 +70,15 @@ func TestLockRedisBackendsNeverOverlap(t *testing.T) {
 					t.Fatalf("runs overlap: %+v and %+v", runs[i-1], r)
 				}
 				if strings.HasPrefix(backend, "redlock") {
-					if r.token != "unset" {
-						t.Fatalf("a Redlock command got TENURE_TOKEN=%s; Redlock has no fencing token", r.token)
+					if r.fenced {
+						t.Fatalf("a Redlock command got TENURE_TOKEN=%d; Redlock has no fencing token", r.token)
 					}
-				} else if i > 0 && atoi(t, r.token) <= atoi(t, runs[i-1].token) {
-					t.Fatalf("token went from %s to %s", runs[i-1].token, r.token)
+				} else if i > 0 && (!r.fenced || r.token <= runs[i-1].token) {
+					t.Fatalf("token went from %d to %d (set: %v)", runs[i-1].token, r.token, r.fenced)
 				}
 			}
 		})
 	}
-}
-
-func atoi(t *testing.T, s string) uint64 {
-	t.Helper()
-	var n uint64
-	if _, err := fmt.Sscan(s, &n); err != nil {
-		t.Fatalf("token %q: %v", s, err)
-	}
-	return n
 }
 
 // TestLockRedisExitCodes: held and tried once exits 3, unreachable
@@ -154,7 +92,7 @@ func TestLockRedisExitCodes(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "lock.log")
 	startRedisLock(t, single, "holder", logPath, "20", "--ttl", "5s")
 	waitFor(t, 10*time.Second, "the lock held", func() error {
-		if len(readRedisLog(t, logPath)) == 0 {
+		if len(readLockLog(t, logPath)) == 0 {
 			return fmt.Errorf("not yet")
 		}
 		return nil
@@ -192,7 +130,7 @@ func TestLockRedisLostStopsCommand(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "lock.log")
 	cmd := startRedisLock(t, "redis://"+s.Addr(), "holder", logPath, "60", "--ttl", "3s")
 	waitFor(t, 10*time.Second, "the lock held", func() error {
-		if len(readRedisLog(t, logPath)) == 0 {
+		if len(readLockLog(t, logPath)) == 0 {
 			return fmt.Errorf("not yet")
 		}
 		return nil
@@ -214,7 +152,7 @@ func TestLockRedisLostStopsCommand(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		t.Fatal("tenure lock kept running after its lock vanished")
 	}
-	runs := readRedisLog(t, logPath)
+	runs := readLockLog(t, logPath)
 	if len(runs) != 1 || runs[0].end == 0 {
 		t.Fatalf("the command was not stopped: %+v", runs)
 	}

@@ -23,16 +23,18 @@ import (
 
 // lockRecorder is a script for `tenure lock ... -- sh -c`: it appends
 // "start NANOS TOKEN NODE" when the lock's command starts and "end NANOS
-// TOKEN NODE" when it ends (or is stopped), to the file in $LOCK_LOG.
-const lockRecorder = `echo "start $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"
-trap 'echo "end $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"; kill $! 2>/dev/null; exit 0' TERM
+// TOKEN NODE" when it ends (or is stopped), to the file in $LOCK_LOG;
+// TOKEN is "unset" when the command got no TENURE_TOKEN (Redlock).
+const lockRecorder = `echo "start $(date +%s%N) ${TENURE_TOKEN-unset} $NODE" >> "$LOCK_LOG"
+trap 'echo "end $(date +%s%N) ${TENURE_TOKEN-unset} $NODE" >> "$LOCK_LOG"; kill $! 2>/dev/null; exit 0' TERM
 sleep "$HOLD" & wait
-echo "end $(date +%s%N) $TENURE_TOKEN $NODE" >> "$LOCK_LOG"`
+echo "end $(date +%s%N) ${TENURE_TOKEN-unset} $NODE" >> "$LOCK_LOG"`
 
 // lockRun is one run of a lock's command, from the recorder's log.
 type lockRun struct {
 	node       string
 	token      uint64
+	fenced     bool  // the command got a TENURE_TOKEN
 	start, end int64 // Unix nanoseconds; end 0 while it runs
 }
 
@@ -46,21 +48,29 @@ func readLockLog(t *testing.T, path string) []lockRun {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	byToken := map[uint64]*lockRun{}
-	var order []uint64
+	// A run is one holder's command with one token: a node runs several
+	// commands with different tokens, and without tokens each command
+	// names a node of its own.
+	byRun := map[string]*lockRun{}
+	var order []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var what, node string
+		var what, token, node string
 		var at int64
-		var tok uint64
-		if _, err := fmt.Sscan(sc.Text(), &what, &at, &tok, &node); err != nil {
+		if _, err := fmt.Sscan(sc.Text(), &what, &at, &token, &node); err != nil {
 			t.Fatalf("bad log line %q: %v", sc.Text(), err)
 		}
-		r := byToken[tok]
+		k := node + " " + token
+		r := byRun[k]
 		if r == nil {
-			r = &lockRun{node: node, token: tok}
-			byToken[tok] = r
-			order = append(order, tok)
+			r = &lockRun{node: node, fenced: token != "unset"}
+			if r.fenced {
+				if r.token, err = strconv.ParseUint(token, 10, 64); err != nil {
+					t.Fatalf("bad token in log line %q: %v", sc.Text(), err)
+				}
+			}
+			byRun[k] = r
+			order = append(order, k)
 		}
 		if what == "start" {
 			r.start = at
@@ -69,8 +79,8 @@ func readLockLog(t *testing.T, path string) []lockRun {
 		}
 	}
 	var runs []lockRun
-	for _, tok := range order {
-		runs = append(runs, *byToken[tok])
+	for _, k := range order {
+		runs = append(runs, *byRun[k])
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
 	return runs
