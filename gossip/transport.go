@@ -45,7 +45,7 @@ func (e *RemoteError) Error() string {
 type Handler func(ctx context.Context, req []byte) ([]byte, error)
 
 // ConnWrapper adds a layer, such as TLS, to every peer connection. Both
-// methods run with a deadline set on conn (CallTimeout for Client,
+// methods run with a deadline set on conn (DialTimeout for Client,
 // ProveTimeout for Server); on error the raw connection is closed. A
 // connection that Server accepts has proven itself (see
 // TransportConfig.MaxUnprovenConns).
@@ -61,6 +61,7 @@ type ConnWrapper interface {
 const (
 	DefaultTransportBindAddr = "0.0.0.0:7947"
 	DefaultCallTimeout       = 2 * time.Second
+	DefaultDialTimeout       = 3 * time.Second
 	DefaultHandlerTimeout    = 2 * time.Second
 	DefaultMaxIdlePerPeer    = 4
 	DefaultIdleTimeout       = 20 * time.Second
@@ -80,9 +81,15 @@ type TransportConfig struct {
 	// MaxFrame bounds a request or response frame, in bytes, including a few
 	// bytes of encoding. Default wire.DefaultMaxFrame.
 	MaxFrame int
-	// CallTimeout bounds a Call whose context has no deadline, and a dial's
-	// handshake. Default DefaultCallTimeout.
+	// CallTimeout bounds a Call whose context has no deadline. Default
+	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// DialTimeout bounds a new connection to a peer: the TCP connect and
+	// Wrap.Client's handshake. A dial is not bounded by the call that
+	// started it: one that outlasts its call leaves its connection in the
+	// pool for the next. Default DefaultDialTimeout, the serving side's
+	// default ProveTimeout, after which it would close the connection.
+	DialTimeout time.Duration
 	// HandlerTimeout bounds each request on the serving side (the handler's
 	// context) and the write of its response. Default DefaultHandlerTimeout.
 	HandlerTimeout time.Duration
@@ -107,8 +114,8 @@ type TransportConfig struct {
 	// DefaultMaxUnprovenConns (32).
 	MaxUnprovenConns int
 	// ProveTimeout closes an inbound connection that has not proven itself
-	// within this long; it bounds Wrap.Server. It should exceed CallTimeout,
-	// which bounds how long a peer's dial, handshake and request take.
+	// within this long; it bounds Wrap.Server. It should be at least the
+	// peers' DialTimeout, which bounds their connect and handshake.
 	// Default DefaultProveTimeout (3 s).
 	ProveTimeout time.Duration
 	// Wrap, if set, wraps every connection (for authentication). nil means
@@ -128,6 +135,7 @@ func (c TransportConfig) withDefaults() TransportConfig {
 	setDefault(&c.BindAddr, DefaultTransportBindAddr)
 	setDefault(&c.MaxFrame, wire.DefaultMaxFrame)
 	setDefault(&c.CallTimeout, DefaultCallTimeout)
+	setDefault(&c.DialTimeout, DefaultDialTimeout)
 	setDefault(&c.HandlerTimeout, DefaultHandlerTimeout)
 	setDefault(&c.MaxIdlePerPeer, DefaultMaxIdlePerPeer)
 	setDefault(&c.IdleTimeout, DefaultIdleTimeout)
@@ -161,7 +169,7 @@ func (c TransportConfig) Validate() error {
 	if c.MaxFrame < 64 {
 		errs = append(errs, fmt.Errorf("gossip: transport: max frame %d is below 64 bytes", c.MaxFrame))
 	}
-	if c.CallTimeout < 0 || c.HandlerTimeout < 0 || c.IdleTimeout < 0 || c.ProveTimeout < 0 {
+	if c.CallTimeout < 0 || c.DialTimeout < 0 || c.HandlerTimeout < 0 || c.IdleTimeout < 0 || c.ProveTimeout < 0 {
 		errs = append(errs, errors.New("gossip: transport: timeouts must be positive"))
 	}
 	if c.MaxIdlePerPeer < 0 || c.MaxConns < 0 || c.MaxUnprovenConns < 0 {
@@ -183,6 +191,7 @@ type Transport struct {
 	refused *refusalLog // inbound connections closed by the limits
 	dialed  atomic.Uint64
 	accepts atomic.Uint64
+	late    atomic.Uint64 // responses that came after their call ended
 
 	mu       sync.Mutex
 	closed   bool
@@ -191,6 +200,7 @@ type Transport struct {
 	proven   int                      // proven inbound connections
 	clients  map[*clientConn]struct{} // every open outbound connection
 	idle     map[string][]*clientConn // pooled by address, most recent last
+	dialing  map[string]*dialing      // the dial in progress, by address
 
 	closeOnce sync.Once
 }
@@ -216,6 +226,7 @@ func ListenTransport(cfg TransportConfig) (*Transport, error) {
 		inbound: make(map[*inbound]struct{}),
 		clients: make(map[*clientConn]struct{}),
 		idle:    make(map[string][]*clientConn),
+		dialing: make(map[string]*dialing),
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -268,6 +279,10 @@ func (t *Transport) Refused() uint64 {
 // Dialed returns how many outbound connections the transport has opened
 // since it started (each one a TCP connect and, with Wrap, a handshake).
 func (t *Transport) Dialed() uint64 { return t.dialed.Load() }
+
+// LateResponses returns how many responses came after their call had
+// ended; each kept its connection, which was pooled again.
+func (t *Transport) LateResponses() uint64 { return t.late.Load() }
 
 // Accepted returns how many inbound connections the transport has accepted
 // since it started, proven or not.

@@ -67,47 +67,114 @@ func (t *Transport) callError(ctx context.Context, addr string, err error) error
 	return fmt.Errorf("gossip: call %s: %w", addr, err)
 }
 
-// exchange sends frame on a pooled or fresh connection and returns the
+// exchange sends frame on a pooled or new connection and returns the
 // response. If a pooled connection fails before any byte of the request is
-// written, the request goes once more on a fresh connection.
+// written, the request goes once more on another connection.
 func (t *Transport) exchange(ctx context.Context, addr string, frame []byte) (response, error) {
-	c := t.takeIdle(addr)
-	if c == nil {
-		return t.exchangeFresh(ctx, addr, frame)
+	for attempt := 0; ; attempt++ {
+		c, err := t.conn(ctx, addr)
+		if err != nil {
+			return response{}, err
+		}
+		resp, sent, err := c.roundTrip(ctx, frame)
+		if err == nil || sent || ctx.Err() != nil || attempt > 0 {
+			return resp, err
+		}
+		t.logger.Debug("gossip: pooled peer connection failed before sending; retrying on another",
+			"addr", addr, "err", err)
 	}
-	resp, sent, err := c.roundTrip(ctx, frame)
-	if err == nil || sent || ctx.Err() != nil {
-		return resp, err
-	}
-	t.logger.Debug("gossip: pooled peer connection failed before sending; retrying on a new one",
-		"addr", addr, "err", err)
-	return t.exchangeFresh(ctx, addr, frame)
 }
 
-func (t *Transport) exchangeFresh(ctx context.Context, addr string, frame []byte) (response, error) {
-	c, err := t.dial(ctx, addr)
-	if err != nil {
-		return response{}, err
+// conn returns a pooled connection to addr, or a new one. At most one dial
+// to a peer runs at a time, and it is not bounded by the call that started
+// it but by DialTimeout: calls that find it running wait for it, and a
+// handshake that outlasts its call still leaves a connection in the pool
+// for the next. On an overloaded host, where handshakes are slow, calls
+// that each dialled and gave up at their own deadline wasted every
+// handshake they started and started more.
+func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) {
+	for {
+		if c := t.takeIdle(addr); c != nil {
+			return c, nil
+		}
+		d, err := t.pendingDial(addr)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for a connection: %w", ErrUnreachable, ctx.Err())
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		// The new connection is in the pool, unless another call took it
+		// first; then look again.
 	}
-	resp, _, err := c.roundTrip(ctx, frame)
-	return resp, err
+}
+
+// dialing is one dial in progress; err is set before done is closed.
+type dialing struct {
+	done chan struct{}
+	err  error
+}
+
+// pendingDial returns the dial to addr in progress, starting one if none is.
+func (t *Transport) pendingDial(addr string) (*dialing, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if d := t.dialing[addr]; d != nil {
+		return d, nil
+	}
+	d := &dialing{done: make(chan struct{})}
+	t.dialing[addr] = d
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
+		c, err := t.dial(ctx, addr)
+		cancel()
+		if err == nil {
+			t.release(c)
+		}
+		t.mu.Lock()
+		delete(t.dialing, addr)
+		t.mu.Unlock()
+		d.err = err
+		close(d.done)
+	}()
+	return d, nil
 }
 
 // clientConn is one outbound connection. Its reader goroutine does all the
 // reading: it hands each response to the call in flight, and it sees at once
 // when the peer closes an idle pooled connection, or when the idle deadline
-// passes, and then closes the connection and drops it from the pool.
+// passes, and then closes the connection and drops it from the pool. A call
+// that ends before its response came abandons the exchange: the reader
+// then reads the late response, drops it, and pools the connection again,
+// so that a peer that answers late does not cost a new connection per call.
 type clientConn struct {
-	t        *Transport
-	addr     string
-	conn     net.Conn
-	frames   chan []byte   // the response to the call in flight; capacity 1
-	dead     chan struct{} // closed when the reader exits
-	err      error         // why the reader exited; read only after dead is closed
-	inFlight atomic.Bool   // a call awaits a response
+	t      *Transport
+	addr   string
+	conn   net.Conn
+	frames chan []byte   // the response to the call in flight; capacity 1
+	dead   chan struct{} // closed when the reader exits
+	err    error         // why the reader exited; read only after dead is closed
+	state  atomic.Int32  // connIdle, connInFlight or connAbandoned
 
 	idleUntil time.Time // while pooled; guarded by t.mu
 }
+
+// The states of a clientConn's exchange.
+const (
+	connIdle      int32 = iota // no request outstanding
+	connInFlight               // a call awaits the response
+	connAbandoned              // the call ended first; the reader drops the response
+)
 
 // dial opens a new connection to addr and starts its reader.
 func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) {
@@ -214,61 +281,77 @@ func (c *clientConn) isDead() bool {
 }
 
 // read delivers response frames until the connection fails or a frame comes
-// that no call asked for.
+// that no call asked for. A late response to an abandoned exchange is
+// dropped and the connection pooled again.
 func (c *clientConn) read() {
 	defer c.t.wg.Done()
 	for {
 		body, err := wire.ReadFrame(c.conn, c.t.cfg.MaxFrame)
-		if err == nil && !c.inFlight.CompareAndSwap(true, false) {
+		if err == nil {
+			switch {
+			case c.state.CompareAndSwap(connInFlight, connIdle):
+				c.frames <- body
+				continue
+			case c.state.CompareAndSwap(connAbandoned, connIdle):
+				c.t.late.Add(1)
+				c.t.release(c)
+				continue
+			}
 			err = errors.New("unsolicited frame from peer")
 		}
-		if err != nil {
-			c.err = err
-			c.conn.Close()
-			c.t.forget(c)
-			close(c.dead)
-			return
-		}
-		c.frames <- body
+		c.err = err
+		c.conn.Close()
+		c.t.forget(c)
+		close(c.dead)
+		return
 	}
 }
 
 // roundTrip writes one request frame and waits for its response. sent
-// reports whether any byte of the request may have left; the connection is
-// pooled again only after a clean exchange.
+// reports whether any byte of the request may have left. After a clean
+// exchange the connection is pooled again; after a call that ended before
+// its response came, once the reader has dropped the late response (within
+// the late-response wait, or the connection closes).
 func (c *clientConn) roundTrip(ctx context.Context, frame []byte) (resp response, sent bool, err error) {
 	if c.isDead() {
 		return response{}, false, c.err
 	}
-	deadline, _ := ctx.Deadline()
-	c.conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-	c.inFlight.Store(true)
+	deadline, ok := ctx.Deadline() // Call always sets one
+	c.conn.SetWriteDeadline(deadline)
+	if ok {
+		c.conn.SetReadDeadline(deadline.Add(c.t.lateWait()))
+	} else {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	c.state.Store(connInFlight)
 	w := &countingWriter{w: c.conn}
-	if err := wire.WriteFrame(w, frame); err != nil {
-		stop()
+	err = wire.WriteFrame(w, frame)
+	stopped := stop()
+	if err != nil {
 		c.conn.Close()
 		return response{}, w.n > 0, err
 	}
-	body, err := c.await()
+	if !stopped {
+		// The call ended during the write, which may have been cut short.
+		c.conn.Close()
+		return response{}, true, ctx.Err()
+	}
+	body, err := c.await(ctx)
 	if err != nil {
-		stop()
 		return response{}, true, err
 	}
-	err = wire.Unmarshal(body, &resp)
-	if !stop() || err != nil {
-		c.conn.Close() // a bad response, or the deadline was cut short
-	} else {
-		c.t.release(c)
-	}
-	if err != nil {
+	if err := wire.Unmarshal(body, &resp); err != nil {
+		c.conn.Close()
 		return response{}, true, fmt.Errorf("bad response: %w", err)
 	}
+	c.t.release(c)
 	return resp, true, nil
 }
 
-// await waits for the response frame or the reader's end.
-func (c *clientConn) await() ([]byte, error) {
+// await waits for the response frame, the reader's end or the end of ctx,
+// which abandons the exchange.
+func (c *clientConn) await(ctx context.Context) ([]byte, error) {
 	select {
 	case body := <-c.frames:
 		return body, nil
@@ -279,8 +362,19 @@ func (c *clientConn) await() ([]byte, error) {
 		default:
 			return nil, c.err
 		}
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(connInFlight, connAbandoned) {
+			c.conn.SetReadDeadline(time.Now().Add(c.t.lateWait()))
+			return nil, ctx.Err()
+		}
+		return <-c.frames, nil // the response won the race
 	}
 }
+
+// lateWait is how long a connection waits for the response to an
+// abandoned call before it is closed: the serving side answers within its
+// HandlerTimeout.
+func (t *Transport) lateWait() time.Duration { return t.cfg.HandlerTimeout + time.Second }
 
 // countingWriter counts the bytes its writer accepted.
 type countingWriter struct {

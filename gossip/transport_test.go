@@ -422,3 +422,108 @@ func TestTransportConfigValidate(t *testing.T) {
 		t.Errorf("DefaultTransportConfig() = %+v", d)
 	}
 }
+
+// slowWrap is a countingWrap whose client handshake first waits delay, as
+// on a host too loaded to finish handshakes within a call.
+type slowWrap struct {
+	countingWrap
+	delay time.Duration
+}
+
+func (w *slowWrap) Client(conn net.Conn, addr string) (net.Conn, error) {
+	time.Sleep(w.delay)
+	return w.countingWrap.Client(conn, addr)
+}
+
+func TestTransportLateResponseKeepsConnection(t *testing.T) {
+	release := make(chan struct{})
+	slow := func(ctx context.Context, req []byte) ([]byte, error) {
+		if string(req) == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return append([]byte("echo:"), req...), nil
+	}
+	wrap := &countingWrap{greeting: 3}
+	server := listen(t, TransportConfig{Handler: slow, Wrap: wrap})
+	client := listen(t, TransportConfig{Wrap: wrap})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := client.Call(ctx, server.Addr(), []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("slow call: %v, want a deadline", err)
+	}
+	close(release) // the late response now arrives and is dropped
+	deadline := time.Now().Add(5 * time.Second)
+	for client.LateResponses() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := client.LateResponses(); n != 1 {
+		t.Fatalf("late responses %d, want 1", n)
+	}
+	for i := range 5 {
+		req := "next " + strconv.Itoa(i)
+		if got := call(t, client, server.Addr(), req); got != "echo:"+req {
+			t.Fatalf("after a late response: got %q for %q", got, req)
+		}
+	}
+	if d := client.Dialed(); d != 1 {
+		t.Fatalf("dialled %d connections, want 1: the late response should have kept the first", d)
+	}
+}
+
+func TestTransportAbandonedCallWithoutResponseClosesConnection(t *testing.T) {
+	entered := make(chan struct{}, 10)
+	var returned atomic.Bool
+	server := listen(t, TransportConfig{Handler: hang(entered, &returned), HandlerTimeout: time.Minute})
+	// The client waits its HandlerTimeout plus a second for a late
+	// response, then gives the connection up.
+	client := listen(t, TransportConfig{HandlerTimeout: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := client.Call(ctx, server.Addr(), []byte("hang")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call: %v", err)
+	}
+	<-entered
+	for time.Since(start) < 10*time.Second {
+		client.mu.Lock()
+		open := len(client.clients)
+		client.mu.Unlock()
+		if open == 0 {
+			if d := time.Since(start); d < time.Second {
+				t.Fatalf("closed after %v, before the late-response wait", d)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the abandoned connection stayed open with no response")
+}
+
+func TestTransportDialOutlivesCall(t *testing.T) {
+	wrap := &slowWrap{countingWrap: countingWrap{greeting: 9}, delay: 300 * time.Millisecond}
+	server := listen(t, TransportConfig{Wrap: wrap})
+	client := listen(t, TransportConfig{Wrap: wrap})
+	// Eight calls at once, each giving up long before the handshake ends:
+	// they share one dial, and its connection serves the next call.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := client.Call(ctx, server.Addr(), []byte("x"))
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnreachable) {
+				t.Errorf("call during the handshake: %v, want an unreachable deadline", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := call(t, client, server.Addr(), "after"); got != "echo:after" {
+		t.Fatalf("got %q", got)
+	}
+	if d := client.Dialed(); d != 1 {
+		t.Fatalf("dialled %d connections, want 1", d)
+	}
+}
