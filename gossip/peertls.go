@@ -179,14 +179,21 @@ func (k *KeyedTLS) Failed() uint64 {
 	return k.failed.Load()
 }
 
+// curves is the key exchange of peer handshakes: X25519 alone. Go's default
+// adds the hybrid X25519MLKEM768, which about doubles a handshake's CPU;
+// with many agents on one host, handshakes were most of what the voters
+// spent at a fleet's start (docs/SECURITY.md says why this is acceptable).
+var curves = []tls.CurveID{tls.X25519}
+
 // Server runs the server side of the handshake on a connection accepted from
 // a peer.
 func (k *KeyedTLS) Server(conn net.Conn) (net.Conn, error) {
 	st := k.state.Load()
 	v := &pinVerifier{st: st}
 	cfg := &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: st.certs[:1],
+		MinVersion:       tls.VersionTLS13,
+		CurvePreferences: curves,
+		Certificates:     st.certs[:1],
 		// Present the primary unless the client hinted that it does not
 		// accept it but accepts another of ours.
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -215,8 +222,9 @@ func (k *KeyedTLS) Client(conn net.Conn, _ string) (net.Conn, error) {
 	st := k.state.Load()
 	v := &pinVerifier{st: st}
 	cfg := &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: st.certs[:1],
+		MinVersion:       tls.VersionTLS13,
+		CurvePreferences: curves,
+		Certificates:     st.certs[:1],
 		// Present the primary unless the server's certificate request shows
 		// that it does not accept it but accepts another of ours.
 		GetClientCertificate: func(req *tls.CertificateRequestInfo) (*tls.Certificate, error) {
