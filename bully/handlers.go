@@ -161,6 +161,7 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 
 // timeout handles the expiry of the current state's timer.
 func (m *Machine) timeout(now time.Time) {
+	m.first = nil
 	switch m.state {
 	case StateFollower:
 		if !m.leader.IsZero() && !m.isLive(m.leader) {
@@ -304,6 +305,7 @@ func (m *Machine) endTerm(now time.Time, resign Message) {
 // live (its announcement overtook the membership, or was in flight when it
 // died) is followed for CoordinatorTimeout at most, unless it shows up live.
 func (m *Machine) follow(now time.Time, l Node, term uint64) {
+	m.first = nil
 	m.state = StateFollower
 	m.leader, m.term = l, term
 	m.heard = now

@@ -50,12 +50,25 @@ type Machine struct {
 	lastLeader Node
 	lastTerm   uint64
 
+	// first is the first campaign of a fresh Machine, while it is pending:
+	// the startup delay counted from start, plus one RankDelay per higher
+	// eligible live node, recomputed as gossip reveals the membership.
+	first *firstCampaign
+
 	ho handover // resigns, transfers and chosen terms (handover.go)
 	// end is when the voters' promises to the last term followed run out
 	// unless renewed (LeaseEnds, leaseend.go).
 	end leaseEnd
 
 	ready Ready
+}
+
+// firstCampaign is when a fresh Machine started, and the jitter drawn for
+// its first campaign.
+type firstCampaign struct {
+	start  time.Time
+	jitter time.Duration
+	at     time.Time // the deadline it set; any other means the timer was taken over
 }
 
 // claim is a run of answers to a leader's COORDINATOR from a higher node:
@@ -69,8 +82,9 @@ type peer struct {
 }
 
 // New returns a Machine that starts as a follower with no leader known and,
-// if eligible, campaigns after cfg.StartupDelay unless a leader announces
-// itself first.
+// if eligible, campaigns after cfg.StartupDelay plus one cfg.RankDelay per
+// higher eligible live node (as SetMembers reveals them), unless a leader
+// announces itself first.
 func New(cfg Config, now time.Time) (*Machine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -92,7 +106,9 @@ func New(cfg Config, now time.Time) (*Machine, error) {
 		mayClaim: true,
 	}
 	if cfg.Self.Eligible {
-		m.deadline = now.Add(cfg.StartupDelay + m.jitter())
+		m.first = &firstCampaign{start: now, jitter: m.jitter()}
+		m.deadline = now.Add(cfg.StartupDelay + m.first.jitter)
+		m.first.at = m.deadline
 	}
 	return m, nil
 }
@@ -157,6 +173,27 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			m.send(m.coordinator(n))
 		}
 	}
+	m.rescheduleFirst(now)
+}
+
+// rescheduleFirst moves a fresh Machine's first campaign to the startup
+// delay plus one RankDelay per higher eligible live node it now knows, so
+// that in a fleet that starts at once the highest node campaigns first and
+// the others, and their reach probes, wait their turn. Campaigning at the
+// end of the startup delay whatever the rank made every node of a
+// 100-node fleet ask the highest three nodes and probe every voter in the
+// same second (docs/BENCHMARKS.md).
+func (m *Machine) rescheduleFirst(now time.Time) {
+	if m.first == nil {
+		return
+	}
+	if m.state != StateFollower || !m.leader.IsZero() || !m.cfg.Self.Eligible || !m.deadline.Equal(m.first.at) {
+		m.first = nil // a leader, or another timer, took over
+		return
+	}
+	k := time.Duration(len(m.higher(now)))
+	m.deadline = m.first.start.Add(m.cfg.StartupDelay + k*m.cfg.RankDelay + m.first.jitter)
+	m.first.at = m.deadline
 }
 
 // SetReach tells the Machine whether this node can lead as far as the

@@ -431,3 +431,66 @@ func TestElectionAsksTheHighestFewInRounds(t *testing.T) {
 		t.Fatalf("after every higher node was asked in vain: ready = %+v, want Acquire 1 and no message", rd)
 	}
 }
+
+// TestFirstCampaignWaitsItsRank: a fresh node campaigns after the startup
+// delay plus one rank delay per higher eligible live node, and the time
+// moves as gossip reveals more of them; the highest campaigns at the end
+// of the startup delay.
+func TestFirstCampaignWaitsItsRank(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 3, Name: "n03"}, Eligible: true}
+	start := time.Unix(0, 0)
+	m, err := New(cfg, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(id int, eligible bool) Member {
+		return Member{Node: Node{ID: uint64(id), Name: fmt.Sprintf("n%02d", id)}, Eligible: eligible}
+	}
+	within := func(what string, got, lo time.Duration) {
+		t.Helper()
+		if got < lo || got > lo+cfg.Jitter {
+			t.Fatalf("%s: campaign %v after start, want %v plus at most %v jitter", what, got, lo, cfg.Jitter)
+		}
+	}
+	within("alone", m.Deadline().Sub(start), cfg.StartupDelay)
+	now := start.Add(500 * time.Millisecond)
+	m.SetMembers(now, []Member{cfg.Self, member(1, true), member(2, true)})
+	within("above the others", m.Deadline().Sub(start), cfg.StartupDelay)
+	now = now.Add(500 * time.Millisecond)
+	m.SetMembers(now, []Member{cfg.Self, member(1, true), member(4, true), member(5, false), member(6, true)})
+	within("two eligible above", m.Deadline().Sub(start), cfg.StartupDelay+2*cfg.RankDelay)
+	m.Tick(start.Add(cfg.StartupDelay + cfg.RankDelay))
+	if rd := m.Ready(); len(rd.Messages) != 0 || rd.Acquire != 0 {
+		t.Fatalf("campaigned before its turn: %+v", rd)
+	}
+	m.Tick(start.Add(cfg.StartupDelay + 2*cfg.RankDelay + cfg.Jitter))
+	if got := brief(m.Ready().Messages); !slices.Equal(got, []string{"ELECTION n03->n04", "ELECTION n03->n06"}) {
+		t.Fatalf("at its turn sent %q, want ELECTION to n04 and n06", got)
+	}
+}
+
+// TestFleetStartCampaignsOnce: sixty nodes start within a second. The
+// highest campaigns first and the others follow its COORDINATOR, so the
+// fleet sends no ELECTION at all; before the first campaign waited its
+// rank, every node asked the three highest at the end of its startup delay.
+func TestFleetStartCampaignsOnce(t *testing.T) {
+	s := newSim(t, true)
+	var names []string
+	for i := 1; i <= 60; i++ {
+		names = append(names, fmt.Sprintf("n%d", i))
+		s.add(names[i-1], uint64(i), true)
+		s.run(15 * time.Millisecond)
+	}
+	s.run(5 * time.Second)
+	s.agree("n60", names...)
+	var elections int
+	for _, msg := range s.trace {
+		if msg.Type == MsgElection {
+			elections++
+		}
+	}
+	if elections != 0 {
+		t.Fatalf("%d ELECTION messages in a fleet start, want 0", elections)
+	}
+}
