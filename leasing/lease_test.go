@@ -121,6 +121,18 @@ func TestVoterRules(t *testing.T) {
 		{3*ttl + 6, req(Renew, b, 7), false, ReasonStaleEpoch},   // a renewal overtaken by the release
 		{3*ttl + 7, req(Acquire, a, 7), false, ReasonStaleEpoch}, // epoch 7 was granted already
 		{3*ttl + 7, req(Acquire, a, 8), true, ""},                // released: no wait
+		// b gave up an acquire of epoch 10 this voter never saw, and its
+		// release arrived first: the late acquire is refused, not granted
+		// for a whole TTL to a round nobody counts.
+		{5 * ttl, req(Release, b, 10), true, ""},
+		{5 * ttl, req(Acquire, b, 10), false, ReasonStaleEpoch},
+		{5 * ttl, req(Acquire, a, 9), false, ReasonStaleEpoch},
+		{5 * ttl, req(Acquire, a, 11), true, ""},
+		// A release far above every epoch (a bug, or a peer gone wrong)
+		// does not raise the floor.
+		{5*ttl + 1, req(Release, a, 11), true, ""},
+		{5*ttl + 1, req(Release, b, 1_000_000), true, ""},
+		{5*ttl + 2, req(Acquire, b, 12), true, ""},
 	}
 	for i, s := range steps {
 		rep := vt.Handle(t0.Add(s.at), s.req, r)

@@ -52,6 +52,14 @@ type Voter struct {
 		holder Node
 		epoch  uint64
 	}
+	// releasedFloor is the highest epoch any release named. An acquire
+	// at or below it is refused: it is a candidate's request that arrived
+	// after the same candidate gave the round up and released it (on an
+	// overloaded host the release can overtake the acquire on another
+	// connection), and granted it would hold this voter for a whole TTL
+	// for a term nobody will use. Kept in memory only: after a restart the
+	// restart hold outlasts any such request.
+	releasedFloor uint64
 }
 
 // NewVoter returns a voter that starts at now. A voter that may have
@@ -131,11 +139,15 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		// epoch rules apply to new terms: Acquire.
 		return "", nil
 	}
-	if req.Epoch <= v.store.Epoch() {
+	if req.Epoch <= v.highest() {
 		return ReasonStaleEpoch, nil
 	}
 	return "", nil
 }
+
+// highest is the epoch a new term must exceed: the highest stored, or
+// released, whichever is higher.
+func (v *Voter) highest() uint64 { return max(v.store.Epoch(), v.releasedFloor) }
 
 func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
 	return !v.holder.IsZero() && v.holder != c && now.Before(v.expiry)
@@ -149,7 +161,16 @@ func (v *Voter) release(req Request) {
 	if req.Candidate != v.released.holder || req.Epoch > v.released.epoch {
 		v.released.holder, v.released.epoch = req.Candidate, req.Epoch
 	}
+	if req.Epoch <= v.store.Epoch()+maxReleasedJump {
+		v.releasedFloor = max(v.releasedFloor, req.Epoch)
+	}
 }
+
+// maxReleasedJump bounds how far above the stored epoch a release may
+// raise the floor of new terms: a candidate releases the epoch it just
+// tried, the highest it had seen plus one, never one far above every
+// voter's.
+const maxReleasedJump = 1024
 
 // Promise returns the current holder and when its promise ends, if any.
 func (v *Voter) Promise(now time.Time) (Node, time.Time, bool) {
@@ -206,7 +227,7 @@ func (v *Voter) HoldsPromiseFor(now time.Time, c Node) bool {
 }
 
 func (v *Voter) reply(now time.Time, granted bool, reason Reason) Reply {
-	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.store.Epoch(), Longest: v.store.LongestTTL()}
+	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.highest(), Longest: v.store.LongestTTL()}
 	if h, exp, ok := v.Promise(now); ok {
 		rep.Holder, rep.Remaining = h, exp.Sub(now)
 	}
