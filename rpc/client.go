@@ -256,6 +256,9 @@ type clientConn struct {
 	max    int
 	agent  string
 	broken bool // out of step or interrupted: must not be used again
+	// deadline is the one last set on nc; a call with the same (none, for
+	// a context that cannot end) does not set it again.
+	deadline time.Time
 }
 
 // dial connects to path and performs the handshake with version.
@@ -338,7 +341,10 @@ func (cc *clientConn) roundTrip(ctx context.Context, req Request) (Response, err
 // the connection broken.
 func (cc *clientConn) within(ctx context.Context, f func() error) error {
 	deadline, hasDeadline := ctx.Deadline()
-	_ = cc.nc.SetDeadline(deadline)
+	if !deadline.Equal(cc.deadline) {
+		_ = cc.nc.SetDeadline(deadline)
+		cc.deadline = deadline
+	}
 	stop := neverStopped
 	if ctx.Done() != nil { // a ctx that can end (Background cannot)
 		stop = context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })

@@ -37,6 +37,8 @@ type conn struct {
 
 	mu       sync.Mutex // guards stopping and read deadlines
 	stopping bool
+	readBy   time.Time // the read deadline armRead last set; guarded by mu
+	writeBy  time.Time // the write deadline write last set; used by serve only
 }
 
 func newConn(s *Server, nc net.Conn, id uint64, peer Peer) *conn {
@@ -71,7 +73,11 @@ func (c *conn) isStopping() bool {
 }
 
 // armRead sets the read deadline d from now (none if d is 0), unless stop
-// has already set one in the past.
+// has already set one in the past. A deadline that still has d to run is
+// left alone, and a new one gets a slack beyond d (deadlineSlack): a
+// connection is closed after between d and d plus the slack without a
+// request, and one that asks thousands of times a second moves its timer
+// about once per slack, not on every request.
 func (c *conn) armRead(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,10 +86,19 @@ func (c *conn) armRead(d time.Duration) {
 	}
 	var t time.Time
 	if d > 0 {
-		t = time.Now().Add(d)
+		now := time.Now()
+		if !c.readBy.IsZero() && c.readBy.Sub(now) >= d {
+			return
+		}
+		t = now.Add(d + deadlineSlack(d))
 	}
+	c.readBy = t
 	_ = c.nc.SetReadDeadline(t)
 }
+
+// deadlineSlack is how far past a timeout d a deadline is set, so that it
+// need not be moved on every request: an eighth of d, at most a second.
+func deadlineSlack(d time.Duration) time.Duration { return min(d/8, time.Second) }
 
 // handshake reads the client's Hello and answers it; false ends the
 // connection.
@@ -215,7 +230,12 @@ func (c *conn) send(resp Response) error {
 // write writes one frame, header and body as Encoder.Frame returns them,
 // in one call within the write timeout.
 func (c *conn) write(frame []byte) error {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	// As armRead: a write may block for between WriteTimeout and the
+	// slack more.
+	if d := c.srv.cfg.WriteTimeout; c.writeBy.IsZero() || time.Until(c.writeBy) < d {
+		c.writeBy = time.Now().Add(d + deadlineSlack(d))
+		_ = c.nc.SetWriteDeadline(c.writeBy)
+	}
 	_, err := c.nc.Write(frame)
 	if err != nil {
 		err = fmt.Errorf("rpc: write frame: %w", err)

@@ -50,6 +50,15 @@ func unary(op string) unaryHandler {
 	return nil
 }
 
+// fromMemory reports whether op is answered from the agent's memory at
+// once (the queries applications repeat, often thousands of times a
+// second): it gets the server's context as it is, without a context of its
+// own per request, whose registration with the server's context every
+// connection's request contended for.
+func fromMemory(op string) bool {
+	return op == OpLeader || op == OpStatus || op == OpMembers
+}
+
 // opStopped refuses a stopped or running frame outside a runner's watch:
 // a frame where the protocol allows none.
 func opStopped(context.Context, Backend, msgpack.RawMessage) (any, error) {
@@ -148,8 +157,12 @@ func (c *conn) answer(req Request) bool {
 		c.srv.warn(c.log, "rpc: unknown op", "op", clip(req.Op), "seq", req.Seq)
 		return c.fail(req.Seq, newError(CodeUnknownOp, fmt.Sprintf("unknown op %q", clip(req.Op))))
 	}
-	ctx, cancel := context.WithCancel(c.srv.ctx)
-	defer cancel()
+	ctx := c.srv.ctx // ends when the server closes
+	if !fromMemory(req.Op) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
 	body, err := h(ctx, c.srv.cfg.Backend, req.Body)
 	if err != nil {
 		e := c.backendError(req.Op, err)

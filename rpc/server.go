@@ -70,9 +70,10 @@ type ServerConfig struct {
 	// server owns it) its directory, so that a group of trusted users can
 	// connect: give Mode 0660 with it. The directory becomes 0750.
 	Group *int
-	// IdleTimeout closes a connection that sends no request for this long;
-	// 0 means DefaultIdleTimeout, negative means never. Watch connections
-	// are exempt.
+	// IdleTimeout closes a connection that sends no request for this long
+	// (up to an eighth more, at most a second: the deadline is not moved on
+	// every request); 0 means DefaultIdleTimeout, negative means never.
+	// Watch connections are exempt.
 	IdleTimeout time.Duration
 	// MaxConnsPerPeer bounds the connections of one client process (by its
 	// PID, from SO_PEERCRED), so that one client cannot take every slot; 0
@@ -86,7 +87,8 @@ type ServerConfig struct {
 	// (refused connections, malformed frames) is logged, with the count of
 	// repeats; 0 means DefaultLogInterval.
 	LogInterval time.Duration
-	// WriteTimeout bounds every frame write; 0 means DefaultWriteTimeout.
+	// WriteTimeout bounds every frame write (up to an eighth more, at most
+	// a second, as IdleTimeout); 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// HandshakeTimeout bounds the wait for the client's Hello; 0 means
 	// DefaultHandshakeTimeout.
