@@ -57,8 +57,9 @@
 // writes a request frame and reads exactly one response frame before it sends
 // the next. Idle client connections are pooled per peer address, so a call on
 // a warm connection costs one network round trip. At most one new connection
-// to a peer is dialled at a time, bounded by DialTimeout rather than by the
-// call that needed it, and a call that ends before its response arrives
+// to a peer is dialled at a time; its handshake is bounded by DialTimeout
+// rather than by the call that needed it (the TCP connect is bounded by
+// both), and a call that ends before its response arrives
 // leaves the connection to drop that late response and return to the pool:
 // on an overloaded host, handshakes and connections are not thrown away
 // with every call that times out. A malformed or oversized

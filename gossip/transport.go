@@ -85,10 +85,11 @@ type TransportConfig struct {
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
 	// DialTimeout bounds a new connection to a peer: the TCP connect and
-	// Wrap.Client's handshake. A dial is not bounded by the call that
-	// started it: one that outlasts its call leaves its connection in the
-	// pool for the next. Default DefaultDialTimeout, the serving side's
-	// default ProveTimeout, after which it would close the connection.
+	// Wrap.Client's handshake. The handshake is not bounded by the call
+	// that started the dial (the connect is): one that outlasts its call
+	// leaves its connection in the pool for the next. Default
+	// DefaultDialTimeout, the serving side's default ProveTimeout, after
+	// which it would close the connection.
 	DialTimeout time.Duration
 	// HandlerTimeout bounds each request on the serving side (the handler's
 	// context) and the write of its response. Default DefaultHandlerTimeout.

@@ -86,10 +86,10 @@ func (t *Transport) exchange(ctx context.Context, addr string, frame []byte) (re
 }
 
 // conn returns a pooled connection to addr, or a new one. At most one dial
-// to a peer runs at a time, and it is not bounded by the call that started
-// it but by DialTimeout: calls that find it running wait for it, and a
-// handshake that outlasts its call still leaves a connection in the pool
-// for the next. On an overloaded host, where handshakes are slow, calls
+// to a peer runs at a time, and calls that find it running wait for it.
+// Its handshake is bounded by DialTimeout, not by the call that started
+// it, so a handshake that outlasts its call still leaves a connection in
+// the pool for the next. On an overloaded host, where handshakes are slow, calls
 // that each dialled and gave up at their own deadline wasted every
 // handshake they started and started more.
 func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) {
@@ -97,7 +97,7 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 		if c := t.takeIdle(addr); c != nil {
 			return c, nil
 		}
-		d, err := t.pendingDial(addr)
+		d, err := t.pendingDial(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -120,8 +120,13 @@ type dialing struct {
 	err  error
 }
 
-// pendingDial returns the dial to addr in progress, starting one if none is.
-func (t *Transport) pendingDial(addr string) (*dialing, error) {
+// pendingDial returns the dial to addr in progress, starting one for the
+// call ctx if none is. The TCP connect is bounded by ctx as well as
+// DialTimeout: a peer that does not answer (down, or cut off by a
+// partition) is dialled afresh by the next call, as soon as it is back.
+// The handshake after it, the slow part on a loaded host, is bounded by
+// DialTimeout alone.
+func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -135,8 +140,12 @@ func (t *Transport) pendingDial(addr string) (*dialing, error) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		ctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
-		c, err := t.dial(ctx, addr)
+		dctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
+		cctx, cancelConnect := context.WithCancel(dctx)
+		stop := context.AfterFunc(ctx, cancelConnect)
+		c, err := t.dial(cctx, dctx, addr)
+		stop()
+		cancelConnect()
 		cancel()
 		if err == nil {
 			t.release(c)
@@ -176,11 +185,12 @@ const (
 	connAbandoned              // the call ended first; the reader drops the response
 )
 
-// dial opens a new connection to addr and starts its reader.
-func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) {
+// dial opens a new connection to addr, the connect bounded by connectCtx
+// and the handshake by ctx, and starts its reader.
+func (t *Transport) dial(connectCtx, ctx context.Context, addr string) (*clientConn, error) {
 	var d net.Dialer
 	t.dialed.Add(1)
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(connectCtx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
