@@ -425,31 +425,3 @@ func TestStartFailsCleanly(t *testing.T) {
 		}
 	}
 }
-
-// TestJoinLoopJoinsThroughOneAddress: the join loop joins through one of
-// its addresses, whichever answers first in its random order, and skips
-// one that is down.
-func TestJoinLoopJoinsThroughOneAddress(t *testing.T) {
-	a := startNode(t, testConfig(t, 0))
-	b := startNode(t, testConfig(t, 1))
-	if _, err := b.Join(context.Background(), []string{a.LocalMember().Addr}); err != nil {
-		t.Fatal(err)
-	}
-	dead := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	cfg := testConfig(t, 2)
-	cfg.Join = []string{dead, a.LocalMember().Addr, b.LocalMember().Addr}
-	c := startNode(t, cfg)
-	all := []*node{a, b, c}
-	for _, nd := range all {
-		waitStatus(t, 5*time.Second, nd, all, StatusAlive)
-	}
-	for range 20 {
-		n, err := c.joinOne(cfg.Join)
-		if err != nil || n != 1 {
-			t.Fatalf("joinOne = %d, %v; want 1 address reached", n, err)
-		}
-	}
-	if _, err := c.joinOne([]string{dead}); err == nil {
-		t.Fatal("joinOne through a closed port succeeded")
-	}
-}
