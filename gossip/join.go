@@ -36,15 +36,14 @@ func (m *Membership) stopJoinLoop() {
 	<-done
 }
 
-// joinLoop tries to join through one of addrs until a join succeeds or ctx
-// ends, waiting
+// joinLoop tries to join addrs until one join succeeds or ctx ends, waiting
 // JoinRetryInterval after the first failure and doubling the wait up to
 // JoinRetryMax.
 func (m *Membership) joinLoop(ctx context.Context, addrs []string) {
 	list := strings.Join(addrs, ",")
 	delay := m.cfg.JoinRetryInterval
 	for attempt := 1; ; attempt++ {
-		n, err := m.joinOne(addrs)
+		n, err := m.join(addrs)
 		if ctx.Err() != nil {
 			return
 		}

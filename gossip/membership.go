@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -235,32 +234,6 @@ func (m *Membership) join(addrs []string) (int, error) {
 		m.logger.Warn("gossip: announcing join", "err", err)
 	}
 	return n, nil
-}
-
-// joinOne joins through the first of addrs, in a random order, that
-// answers, and returns how many it reached (1), for the join loop.
-func (m *Membership) joinOne(addrs []string) (int, error) {
-	// One member is enough: its push-pull brings the whole membership,
-	// and gossip spreads this node from there. Asking every address made
-	// each seed of a fleet that starts at once answer every other node's
-	// push-pull (three times the work with three seeds), while the seeds,
-	// often the voters, were what everyone waited for. A random order
-	// spreads the joins over the seeds.
-	var errs []error
-	for _, i := range rand.Perm(len(addrs)) {
-		n, err := m.serf.Join(addrs[i:i+1], true)
-		if n > 0 {
-			if err != nil {
-				m.logger.Warn("gossip: announcing join", "err", err)
-			}
-			return n, nil
-		}
-		if err == nil {
-			err = errors.New("not reached")
-		}
-		errs = append(errs, err)
-	}
-	return 0, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), errors.Join(errs...))
 }
 
 // track registers a goroutine that Shutdown must wait for, unless Shutdown
