@@ -74,7 +74,7 @@ func (c *conn) isStopping() bool {
 
 // armRead sets the read deadline d from now (none if d is 0), unless stop
 // has already set one in the past. A deadline that still has d to run is
-// left alone, and a new one gets a slack beyond d (deadlineSlack): a
+// left alone, and a new one gets a slack beyond d (nextDeadline): a
 // connection is closed after between d and d plus the slack without a
 // request, and one that asks thousands of times a second moves its timer
 // about once per slack, not on every request.
@@ -86,19 +86,27 @@ func (c *conn) armRead(d time.Duration) {
 	}
 	var t time.Time
 	if d > 0 {
-		now := time.Now()
-		if !c.readBy.IsZero() && c.readBy.Sub(now) >= d {
+		var move bool
+		if t, move = nextDeadline(c.readBy, d); !move {
 			return
 		}
-		t = now.Add(d + deadlineSlack(d))
 	}
 	c.readBy = t
 	_ = c.nc.SetReadDeadline(t)
 }
 
-// deadlineSlack is how far past a timeout d a deadline is set, so that it
-// need not be moved on every request: an eighth of d, at most a second.
-func deadlineSlack(d time.Duration) time.Duration { return min(d/8, time.Second) }
+// nextDeadline returns the deadline for a timeout d counted from now, and
+// whether it differs from by, the one set: by stays while it still has d
+// to run; a new one is set an eighth of d (at most a second) further, so
+// that a connection busy with thousands of requests a second moves its
+// timer about once per that slack, not on every request.
+func nextDeadline(by time.Time, d time.Duration) (time.Time, bool) {
+	now := time.Now()
+	if !by.IsZero() && by.Sub(now) >= d {
+		return by, false
+	}
+	return now.Add(d + min(d/8, time.Second)), true
+}
 
 // handshake reads the client's Hello and answers it; false ends the
 // connection.
@@ -232,9 +240,9 @@ func (c *conn) send(resp Response) error {
 func (c *conn) write(frame []byte) error {
 	// As armRead: a write may block for between WriteTimeout and the
 	// slack more.
-	if d := c.srv.cfg.WriteTimeout; c.writeBy.IsZero() || time.Until(c.writeBy) < d {
-		c.writeBy = time.Now().Add(d + deadlineSlack(d))
-		_ = c.nc.SetWriteDeadline(c.writeBy)
+	if by, move := nextDeadline(c.writeBy, c.srv.cfg.WriteTimeout); move {
+		c.writeBy = by
+		_ = c.nc.SetWriteDeadline(by)
 	}
 	_, err := c.nc.Write(frame)
 	if err != nil {
