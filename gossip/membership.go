@@ -94,7 +94,7 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 	ip, port, _ := splitBindAddr(m.cfg.BindAddr) // checked by Validate
 	std := newStdLogger(m.logger)
 	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
-		ip: ip, port: port, std: std, logger: m.logger,
+		ip: ip, port: port, logger: m.logger,
 		maxMembers: m.cfg.MaxMembers, maxStreams: m.cfg.MaxInboundStreams, tcpTimeout: m.cfg.Timing.TCPTimeout,
 	})
 	if err != nil {

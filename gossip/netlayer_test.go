@@ -187,6 +187,41 @@ func TestCompressedPacketBombsAreDropped(t *testing.T) {
 	joinNew(t, nd, 1, nil)
 }
 
+// TestPacketsCostTheirSize: each packet is read into one reused buffer and
+// kept in a slice of its own size. memberlist's own listener made a fresh
+// 64 KiB buffer for every packet, which made the garbage collector run
+// several times a second on every agent of a fleet that was starting. A
+// packet longer than maxPacketBytes is dropped, not cut short.
+func TestPacketsCostTheirSize(t *testing.T) {
+	nd := startNode(t, testConfig(t, 0))
+	addr := nd.LocalMember().Addr
+	udpBarrier(t, addr, nd.cfg.Name)
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ping := append([]byte{mlPing}, mp(t, &pingBody{SeqNo: 7, Node: nd.cfg.Name})...)
+	const packets = 2000
+	before := totalAlloc()
+	for i := range packets {
+		conn.Write(ping)
+		if i%100 == 99 {
+			udpBarrier(t, addr, nd.cfg.Name) // the socket buffer never overflows
+		}
+	}
+	perPacket := (totalAlloc() - before) / packets
+	t.Logf("%d pings of %d bytes: %d bytes allocated per packet", packets, len(ping), perPacket)
+	if perPacket > 8<<10 {
+		t.Errorf("%d bytes allocated per %d-byte packet, want well under the 64 KiB a fresh read buffer costs", perPacket, len(ping))
+	}
+
+	long := append([]byte{mlCompound, 1, 0x20, 0}, make([]byte, maxPacketBytes)...)
+	refused := nd.net.packetsRefused.Total()
+	conn.Write(long)
+	waitFor(t, 5*time.Second, "the long packet to be dropped", func() bool { return nd.net.packetsRefused.Total() > refused })
+}
+
 // TestClusterTrafficPassesTheScreens: everything members send each other
 // (joins, push-pulls, probes, with and without a key) passes the screens.
 func TestClusterTrafficPassesTheScreens(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,7 @@ var (
 	scaleOut       = flag.String("scale.out", "", "append the result as one JSON line to this file")
 	scaleKeep      = flag.Bool("scale.keep", false, "keep the work directory (logs) after the run")
 	scaleSeeds     = flag.String("scale.seeds", "first", "which agents the others --join: first (agents 1-3, voters) or last (the three highest, observers when VOTERS < N-2)")
+	scaleDebug     = flag.String("scale.debug", "", "comma-separated agent names (s001,s100) that log at debug level, to follow a slow start")
 	scaleBinary    = flag.String("scale.binary", "", "run this tenure binary instead of the one built from this tree (to measure an older version); it gets no --debug-addr, so no counters or profiles")
 )
 
@@ -130,7 +132,8 @@ func TestScale(t *testing.T) {
 	}
 	pl.close()
 	res.StartCPU = cpuSeconds(agents)
-	t.Logf("CPU used per agent from the start to agreement: %.2f s", res.StartCPU)
+	t.Logf("CPU used per agent from the start to agreement: %.2f s (voters %.2f s, observers %.2f s)",
+		res.StartCPU, cpuSeconds(agents[:voters]), cpuSeconds(agents[voters:]))
 	isVoter := func(name string) bool { return name <= agents[voters-1].name }
 	all := func(string) bool { return true }
 	c0 := fetchCounters(agents)
@@ -199,6 +202,14 @@ var keyOnce = sync.OnceValue(func() string {
 
 func scaleKey(*testing.T) string { return keyOnce() }
 
+// logLevel is the --log-level of a: debug where -scale.debug names it.
+func (a *scaleAgent) logLevel() string {
+	if slices.Contains(strings.Split(*scaleDebug, ","), a.name) {
+		return "debug"
+	}
+	return "info"
+}
+
 // start starts agent a's process, joining three seed agents (-scale.seeds).
 func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	dir := filepath.Dir(a.sock)
@@ -208,7 +219,7 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	args := []string{"agent", "--name", a.name, "--id", fmt.Sprint(a.i),
 		"--bind", a.gossip, "--peer-bind", net.JoinHostPort(host, fmt.Sprint(peerPort+1)),
 		"--socket", a.sock, "--data-dir", filepath.Join(dir, a.name),
-		"--encrypt", key, "--timing", *scaleTiming, "--log-level", "info",
+		"--encrypt", key, "--timing", *scaleTiming, "--log-level", a.logLevel(),
 		"--max-members", fmt.Sprint(max(2*len(all), 128)),
 	}
 	seeds := all[:min(3, len(all))]
