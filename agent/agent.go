@@ -102,7 +102,7 @@ func Start(cfg Config) (*Agent, error) {
 		loopDone:    make(chan struct{}),
 		sessions:    map[uint64]*lockSession{},
 		lastSession: uint64(time.Now().UnixNano()),
-		memberSync:  memberSync{interval: cfg.TickInterval},
+		memberSync:  memberSync{interval: memberSyncInterval(cfg.TickInterval)},
 		done:        make(chan struct{}),
 	}
 	a.snap.Store(&snapshot{})

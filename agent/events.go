@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -112,7 +114,11 @@ func (a *Agent) publishMember(ev gossip.Event) {
 	if name == "" {
 		return
 	}
-	a.log.Info("membership", "event", name, "member", ev.Member.Name, "addr", ev.Member.Addr)
+	level := slog.LevelInfo
+	if ev.Type == gossip.EventUpdate {
+		level = slog.LevelDebug // tag changes: a fleet that learns a roster updates every member
+	}
+	a.log.Log(context.Background(), level, "membership", "event", name, "member", ev.Member.Name, "addr", ev.Member.Addr)
 	st := a.Status()
 	m := a.rpcMember(ev.Member, st.Leader)
 	a.publish(rpc.Event{

@@ -93,13 +93,21 @@ func (t *ticker) stop() { t.t.Stop() }
 // member, and a rebuild costs O(n): rebuilding after every event made each
 // agent of a fleet of n do O(n²) work whenever the fleet started or learned
 // a roster (about 270 rebuilds of 100 members per agent while 100 agents
-// started). The first event after a quiet tick is synced at once; later
-// ones wait for the next tick, so there is at most one rebuild per tick
-// and none is later than one tick. Used by the driver goroutine only.
+// started; one per 50 ms tick still made about 50). The first event after
+// a quiet interval is synced at once; later ones wait until an interval
+// has passed since the last rebuild, so a wave costs one rebuild per
+// interval and no event waits longer than one. Used by the driver
+// goroutine only.
 type memberSync struct {
 	interval time.Duration
 	last     time.Time // the last rebuild
 	pending  bool      // an event came since
+}
+
+// memberSyncInterval is the least time between two rebuilds of the
+// membership (memberSync): a quarter of a second, or the tick if longer.
+func memberSyncInterval(tick time.Duration) time.Duration {
+	return max(tick, 250*time.Millisecond)
 }
 
 // changed reports a gossip event at now: sync runs at once unless a
@@ -113,12 +121,21 @@ func (s *memberSync) changed(now time.Time, sync func()) {
 	sync()
 }
 
-// due runs sync, at a tick at now, if an event is waiting for it.
+// due runs sync, at a tick at now, if an event is waiting for it and an
+// interval has passed since the last rebuild.
 func (s *memberSync) due(now time.Time, sync func()) {
-	if s.pending {
+	if s.pending && now.Sub(s.last) >= s.interval {
 		s.last, s.pending = now, false
 		sync()
 	}
+}
+
+// wait is how long until a waiting event is due, and whether one waits.
+func (s *memberSync) wait(now time.Time) (time.Duration, bool) {
+	if !s.pending {
+		return 0, false
+	}
+	return max(0, s.last.Add(s.interval).Sub(now)), true
 }
 
 // do runs f on the driver goroutine and waits for it, or for ctx or the

@@ -6,7 +6,7 @@ import (
 )
 
 // A wave of gossip events rebuilds the membership once at its start and
-// once per tick after, not once per event.
+// once per interval after, not once per event or per tick.
 func TestMemberSyncCoalescesAWave(t *testing.T) {
 	s := memberSync{interval: 50 * time.Millisecond}
 	t0 := time.Unix(1000, 0)
@@ -26,6 +26,13 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 	if syncs != 2 {
 		t.Fatalf("an event within a tick of the last rebuild: %d rebuilds, want it to wait", syncs)
 	}
+	if d, ok := s.wait(t0.Add(80 * time.Millisecond)); !ok || d != 20*time.Millisecond {
+		t.Fatalf("wait = %v, %v; want 20ms, true (the interval after the rebuild at 50 ms)", d, ok)
+	}
+	s.due(t0.Add(90*time.Millisecond), sync)
+	if syncs != 2 {
+		t.Fatalf("a tick before the interval is over: %d rebuilds, want the event to wait", syncs)
+	}
 	s.due(t0.Add(100*time.Millisecond), sync)
 	if syncs != 3 {
 		t.Fatalf("the tick after a waiting event: %d rebuilds, want 3", syncs)
@@ -33,6 +40,9 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 	s.due(t0.Add(150*time.Millisecond), sync)
 	if syncs != 3 {
 		t.Fatalf("a tick with no event since: %d rebuilds, want 3", syncs)
+	}
+	if _, ok := s.wait(t0.Add(150 * time.Millisecond)); ok {
+		t.Fatal("wait reports an event when none waits")
 	}
 	s.changed(t0.Add(260*time.Millisecond), sync)
 	if syncs != 4 {

@@ -43,10 +43,14 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 
 // nextTick is how long the driver waits before it ticks the core again.
 func (a *Agent) nextTick() time.Duration {
+	now := a.cfg.Clock.Now()
 	fast := a.cfg.TickInterval
-	slow := idleTickFactor * fast
-	if a.stopping == nil && a.core.quiet(a.cfg.Clock.Now(), slow) {
-		return slow
+	next := fast
+	if slow := idleTickFactor * fast; a.stopping == nil && a.core.quiet(now, slow) {
+		next = slow
 	}
-	return fast
+	if d, ok := a.memberSync.wait(now); ok {
+		next = min(next, max(d, time.Millisecond))
+	}
+	return next
 }

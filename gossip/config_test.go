@@ -145,7 +145,12 @@ func TestParseLogLine(t *testing.T) {
 		msg       string
 	}{
 		{"[DEBUG] memberlist: Stream connection from=1.2.3.4", slog.LevelDebug, "memberlist", "Stream connection from=1.2.3.4"},
-		{"[INFO] serf: EventMemberJoin: n1 127.0.0.1", slog.LevelInfo, "serf", "EventMemberJoin: n1 127.0.0.1"},
+		// The agent logs each membership event itself: serf's line for it
+		// goes to debug.
+		{"[INFO] serf: EventMemberJoin: n1 127.0.0.1", slog.LevelDebug, "serf", "EventMemberJoin: n1 127.0.0.1"},
+		{"[INFO] serf: EventMemberUpdate: n1", slog.LevelDebug, "serf", "EventMemberUpdate: n1"},
+		{"[INFO] serf: attempting reconnect to n2", slog.LevelInfo, "serf", "attempting reconnect to n2"},
+		{"[INFO] memberlist: EventMemberJoin lookalike", slog.LevelInfo, "memberlist", "EventMemberJoin lookalike"},
 		{"[WARN] serf: Shutdown without a Leave", slog.LevelWarn, "serf", "Shutdown without a Leave"},
 		{"[ERR] memberlist: Failed to send ping", slog.LevelError, "memberlist", "Failed to send ping"},
 		{"[ERROR] snapshot: oops", slog.LevelError, "serf", "snapshot: oops"},

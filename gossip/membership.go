@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -48,6 +49,9 @@ type Membership struct {
 	left      atomic.Bool     // Leave was called: no more tag updates
 	warnedIDs map[string]bool // member names whose bad id tag was logged
 
+	convMu    sync.Mutex                 // guards converted
+	converted map[string]convertedMember // each member as Members last converted it
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 
@@ -71,6 +75,7 @@ func Start(cfg Config) (*Membership, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		warnedIDs: make(map[string]bool),
+		converted: make(map[string]convertedMember),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
 	if err := m.startSerf(serfEvents); err != nil {
@@ -173,14 +178,54 @@ func (m *Membership) LocalMember() Member {
 }
 
 // Members returns every member serf knows, in any status, sorted by name.
+// The Tags of the members returned are shared with later calls: read them,
+// do not change them.
 func (m *Membership) Members() []Member {
 	sm := m.serf.Members()
 	out := make([]Member, 0, len(sm))
+	m.convMu.Lock()
 	for _, s := range sm {
-		out = append(out, m.convert(s))
+		out = append(out, m.convertCached(s))
 	}
+	if len(m.converted) > 2*len(sm) {
+		m.dropGone(sm)
+	}
+	m.convMu.Unlock()
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// convertedMember is a member as Members last converted it, with serf's
+// view it came from.
+type convertedMember struct {
+	from serf.Member
+	to   Member
+}
+
+// convertCached converts s, or returns the conversion of an unchanged
+// member: an agent rebuilds its view from Members after gossip events,
+// and while a fleet starts each rebuild converted every member afresh
+// (decoding tags, formatting addresses), most of them unchanged. Called
+// with m.convMu held.
+func (m *Membership) convertCached(s serf.Member) Member {
+	c, ok := m.converted[s.Name]
+	if ok && c.from.Status == s.Status && c.from.Port == s.Port && c.from.Addr.Equal(s.Addr) && maps.Equal(c.from.Tags, s.Tags) {
+		return c.to
+	}
+	c = convertedMember{from: s, to: m.convert(s)}
+	c.from.Tags = maps.Clone(s.Tags) // serf replaces a member's tags; a copy is safe either way
+	m.converted[s.Name] = c
+	return c.to
+}
+
+// dropGone forgets the conversions of members serf no longer lists.
+// Called with m.convMu held.
+func (m *Membership) dropGone(listed []serf.Member) {
+	keep := make(map[string]bool, len(listed))
+	for _, s := range listed {
+		keep[s.Name] = true
+	}
+	maps.DeleteFunc(m.converted, func(name string, _ convertedMember) bool { return !keep[name] })
 }
 
 // Events returns the channel of membership changes, one member per event, in

@@ -166,18 +166,26 @@ func TestLocalMemberReportsBoundPort(t *testing.T) {
 	}
 }
 
+// TestSetTagsSpreads: new tags reach the other members, and Members shows
+// them although it converted the member before (it keeps conversions of
+// unchanged members).
 func TestSetTagsSpreads(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
-	if err := nodes[1].SetTags(map[string]string{"rack": "r7"}); err != nil {
-		t.Fatal(err)
+	if m := nodes[0].Members()[1]; m.Tags["rack"] != "" {
+		t.Fatalf("n1 starts with rack %q", m.Tags["rack"])
 	}
-	waitFor(t, 5*time.Second, "update event and new tags", func() bool {
-		if !nodes[0].rec.has(EventUpdate, "n1") {
-			return false
+	for _, rack := range []string{"r7", "r8"} {
+		if err := nodes[1].SetTags(map[string]string{"rack": rack}); err != nil {
+			t.Fatal(err)
 		}
-		m := nodes[0].Members()[1]
-		return m.Tags["rack"] == "r7" && m.Tags["zone"] == "" && m.ID == 101 && m.PeerAddr == "127.0.0.1:17001"
-	})
+		waitFor(t, 5*time.Second, "update event and new tags", func() bool {
+			if !nodes[0].rec.has(EventUpdate, "n1") {
+				return false
+			}
+			m := nodes[0].Members()[1]
+			return m.Tags["rack"] == rack && m.Tags["zone"] == "" && m.ID == 101 && m.PeerAddr == "127.0.0.1:17001"
+		})
+	}
 	if err := nodes[1].SetTags(map[string]string{"id": "7"}); err == nil {
 		t.Fatal("SetTags accepted a reserved key")
 	}

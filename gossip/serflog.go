@@ -244,6 +244,12 @@ func parseLogLine(line string) (slog.Level, string, string) {
 	}
 	for _, c := range []string{"memberlist", "serf"} {
 		if msg, ok := strings.CutPrefix(line, c+": "); ok {
+			if c == "serf" && level == slog.LevelInfo && strings.HasPrefix(msg, "EventMember") {
+				// "EventMemberJoin: n2 10.0.0.2": the agent logs each
+				// membership event itself; twice per member and per agent
+				// was a good part of the log while a fleet started.
+				level = slog.LevelDebug
+			}
 			return level, c, msg
 		}
 	}
