@@ -314,7 +314,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		rep := c.onPledge(*env.Pledge)
 		reply = &envelope{PledgeReply: &rep}
 	case env.PledgeReply != nil:
-		c.onPledgeReply(*env.PledgeReply)
+		c.onPledgeReply(now, *env.PledgeReply)
 	case env.FloorQuery:
 		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now),
 			Promise: c.promiseView(now)}}

@@ -155,14 +155,22 @@ func (c *core) onPledge(r leasing.Roster) pledgeReply {
 }
 
 // onPledgeReply counts a pledge, and creates the roster once every member
-// of the set has pledged it.
-func (c *core) onPledgeReply(rep pledgeReply) {
+// of the set has pledged it. A refusal is an error only once pledges have
+// been asked for pledgeSilence: while a fleet starts, the others often
+// refuse because gossip has not shown them the whole set yet, and pledge
+// a second later.
+func (c *core) onPledgeReply(now time.Time, rep pledgeReply) {
 	b := &c.boot
 	if b.roster.IsZero() || rep.Cluster != b.roster.ClusterID || !c.roster().IsZero() {
 		return
 	}
 	if !rep.OK {
-		c.warnBootstrap(fmt.Sprintf("%s will not bootstrap %s: %s", rep.From.Name, b.roster, rep.Reason))
+		msg := fmt.Sprintf("%s will not bootstrap %s: %s", rep.From.Name, b.roster, rep.Reason)
+		if now.Sub(b.since) < pledgeSilence {
+			c.log.Debug("bootstrap: a pledge was refused; asking again", "reason", msg)
+			return
+		}
+		c.warnBootstrap(msg)
 		return
 	}
 	b.acks[rep.From.Name] = true

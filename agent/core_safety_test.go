@@ -301,6 +301,34 @@ func TestSilentPledgeIsReported(t *testing.T) {
 	}
 }
 
+// TestEarlyPledgeRefusalIsNotAnError: while a fleet starts, a member often
+// refuses a pledge because gossip has not shown it the whole set yet; that
+// is said at debug, and a refusal is reported as a stalled bootstrap only
+// once pledges have been asked for pledgeSilence.
+func TestEarlyPledgeRefusalIsNotAnError(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.makeNodes(3, 3)
+	for _, x := range []string{"n1", "n2"} {
+		s.cutPeers("n3", x, false)
+	}
+	s.bootTogether(3, "n1", "n2", "n3")
+	s.run(time.Second)
+	c := s.nodes["n1"].c
+	b := c.boot
+	if b.roster.IsZero() || !c.roster().IsZero() {
+		t.Fatalf("n1 is not collecting pledges: boot %v, roster %v", b.roster, c.roster())
+	}
+	refusal := pledgeReply{From: toBully(b.roster.Voters[2]), Cluster: b.roster.ClusterID, Reason: "this node sees [n2 n3]"}
+	c.onPledgeReply(b.since.Add(pledgeSilence-time.Millisecond), refusal)
+	if c.boot.warned != "" {
+		t.Fatalf("a refusal %v after collecting began was reported: %q", pledgeSilence-time.Millisecond, c.boot.warned)
+	}
+	c.onPledgeReply(b.since.Add(pledgeSilence), refusal)
+	if !strings.Contains(c.boot.warned, "will not bootstrap") || !strings.Contains(c.boot.warned, "this node sees [n2 n3]") {
+		t.Fatalf("a refusal after %v: reported %q, want it named", pledgeSilence, c.boot.warned)
+	}
+}
+
 // TestMultiVoterStepRenewsUnderJoint: a lone voter n3 leads its own roster
 // [n3]; then n1 and n2 are promoted in one step, to [n1 n2 n3]. n3's lease
 // was granted under [n3] alone, which no majority of the new set ({n1,
