@@ -11,10 +11,16 @@ import (
 // an established cluster for it.
 const rosterFetchInterval = time.Second
 
-// maybeFetchRoster asks a member of the cluster for its roster when this
+// maybeFetchRoster asks members of the cluster for their roster when this
 // node has none (an observer, or a node started without --expect), or when
-// a member advertises a later version than this node's. It asks the
-// members that qualify in turn, so one it cannot reach does not stall it.
+// a member advertises a later version than this node's. Each interval it
+// asks rosterFetchFanout of the members that qualify, the next ones in
+// turn from an offset of its own (its node ID), so one it cannot reach
+// does not stall it and a fleet that starts together does not ask the
+// same few: when every node started from the first in name order, 95
+// observers asked the five voters, the busiest members then, one after
+// the other, and the highest node learned the roster 2.3 s after it
+// joined.
 func (c *core) maybeFetchRoster(now time.Time) {
 	if !c.quorumMode() || now.Before(c.fetchAt) {
 		return
@@ -30,12 +36,18 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	if len(from) == 0 {
 		return
 	}
-	c.fetches++
-	c.log.Debug("fetching the roster", "from", from[c.fetches%len(from)].Name)
-	mv := from[c.fetches%len(from)]
 	c.fetchAt = now.Add(rosterFetchInterval)
-	c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
+	start := int(c.cfg.Self.ID % uint64(len(from)))
+	for range min(rosterFetchFanout, len(from)) {
+		mv := from[(start+c.fetches)%len(from)]
+		c.fetches++
+		c.log.Debug("fetching the roster", "from", mv.Name)
+		c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
+	}
 }
+
+// rosterFetchFanout is how many members a roster fetch asks at once.
+const rosterFetchFanout = 3
 
 // adoptRoster stores a roster learned from a peer: when this node has none,
 // or a later one of its cluster (every stored roster came from a leader's

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,5 +73,69 @@ func TestOddVoterSet(t *testing.T) {
 		if s.now.After(end) {
 			t.Fatalf("roster %v, want three voters\n%s", r, s.dump())
 		}
+	}
+}
+
+// TestRosterFetchSpreadsOverHolders: a node without a roster asks several
+// members that have one at once, and nodes with different IDs start from
+// different members, so a fleet that starts together does not ask the
+// same few (before, every node asked the members first in name order, the
+// voters, one a second).
+func TestRosterFetchSpreadsOverHolders(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.voters = 3
+	s.addNodes(6)
+	s.waitLeader(10*time.Second, "n6")
+	for end := s.now.Add(10 * time.Second); ; s.tick() {
+		learned := 0
+		for _, n := range s.nodes {
+			if !n.rosters.r.IsZero() {
+				learned++
+			}
+		}
+		if learned == 6 {
+			break
+		}
+		if s.now.After(end) {
+			t.Fatalf("not every node learned the roster\n%s", s.dump())
+		}
+	}
+	asked := func(name string, id uint64, rounds int) [][]string {
+		n := s.newNode(name, id)
+		s.nodes[name] = n
+		s.order = append(s.order, name)
+		s.startCore(name, 0)
+		s.syncViews()
+		var out [][]string
+		for r := range rounds {
+			at := s.local(n, s.now.Add(time.Duration(r)*rosterFetchInterval))
+			n.c.out = nil
+			n.c.maybeFetchRoster(at)
+			var to []string
+			for _, m := range n.c.out {
+				if m.env.RosterFetch {
+					to = append(to, m.to.Name)
+				}
+			}
+			out = append(out, to)
+		}
+		n.c.out = nil
+		return out
+	}
+	first := asked("n9", 9, 2)
+	all := map[string]bool{}
+	for _, round := range first {
+		if len(round) != rosterFetchFanout || len(slices.Compact(slices.Sorted(slices.Values(round)))) != rosterFetchFanout {
+			t.Fatalf("n9 asked %v in one round, want %d different members", round, rosterFetchFanout)
+		}
+		for _, name := range round {
+			all[name] = true
+		}
+	}
+	if len(all) != 6 {
+		t.Errorf("n9's first two rounds asked %v, want all six holders", first)
+	}
+	if other := asked("n10", 10, 1); slices.Equal(other[0], first[0]) {
+		t.Errorf("n9 and n10 both asked %v first", other[0])
 	}
 }
