@@ -107,13 +107,7 @@ func TestElectionAnswerCoordinator(t *testing.T) {
 // TestElectionStartsElectionAbove checks the bully rule that a node receiving
 // ELECTION while no leader is known answers and starts its own election.
 func TestElectionStartsElectionAbove(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
-	now := time.Unix(0, 0)
-	m, err := New(cfg, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, now := newMachine(t, 2, "n2")
 	n1, n3 := Node{ID: 1, Name: "n1"}, Node{ID: 3, Name: "n3"}
 	m.SetMembers(now, []Member{{Node: n1, Eligible: true}, cfg.Self, {Node: n3, Eligible: true}})
 	m.Ready()
@@ -345,14 +339,7 @@ func TestCutOffHigherNodeNeitherBlocksNorPreempts(t *testing.T) {
 // adopted: one forged ELECTION or COORDINATOR cannot throw the epochs far
 // ahead (or wrap them).
 func TestEpochJumpIsRefused(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 1, Name: "a"}, Eligible: true}
-	cfg.Epoch = 5
-	m, err := New(cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, t0 := newMachine(t, 1, "a", func(c *Config) { c.Epoch = 5 })
 	evil := Node{ID: 9, Name: "x"}
 	m.SetMembers(t0, []Member{{Node: evil, Eligible: true}})
 	huge := uint64(5 + DefaultMaxEpochJump + 1)
@@ -377,14 +364,7 @@ func TestEpochJumpIsRefused(t *testing.T) {
 // TestEpochNeverWraps: at the largest epoch a node does not campaign (it
 // would wrap to zero); it reports Exhausted instead.
 func TestEpochNeverWraps(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 1, Name: "a"}, Eligible: true}
-	cfg.Epoch = 1<<64 - 1
-	m, err := New(cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, t0 := newMachine(t, 1, "a", func(c *Config) { c.Epoch = 1<<64 - 1 })
 	m.Tick(t0.Add(cfg.StartupDelay + cfg.Jitter))
 	rd := m.Ready()
 	if rd.Acquire != 0 || !rd.Exhausted || rd.Epoch != 1<<64-1 {
@@ -397,14 +377,7 @@ func TestEpochNeverWraps(t *testing.T) {
 // answers, asks the next ones, and wins only once every higher node was
 // asked in vain.
 func TestElectionAsksTheHighestFewInRounds(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ElectionFanout = 3
-	cfg.Self = Member{Node: Node{ID: 1, Name: "n01"}, Eligible: true}
-	now := time.Unix(0, 0)
-	m, err := New(cfg, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, now := newMachine(t, 1, "n01", func(c *Config) { c.ElectionFanout = 3 })
 	members := []Member{cfg.Self}
 	for i := 2; i <= 8; i++ {
 		members = append(members, Member{Node: Node{ID: uint64(i), Name: fmt.Sprintf("n%02d", i)}, Eligible: true})
@@ -437,13 +410,7 @@ func TestElectionAsksTheHighestFewInRounds(t *testing.T) {
 // moves as gossip reveals more of them; the highest campaigns at the end
 // of the startup delay.
 func TestFirstCampaignWaitsItsRank(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 3, Name: "n03"}, Eligible: true}
-	start := time.Unix(0, 0)
-	m, err := New(cfg, start)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, start := newMachine(t, 3, "n03")
 	member := func(id int, eligible bool) Member {
 		return Member{Node: Node{ID: uint64(id), Name: fmt.Sprintf("n%02d", id)}, Eligible: eligible}
 	}
@@ -493,4 +460,62 @@ func TestFleetStartCampaignsOnce(t *testing.T) {
 	if elections != 0 {
 		t.Fatalf("%d ELECTION messages in a fleet start, want 0", elections)
 	}
+}
+
+// newMachine makes an eligible Machine with DefaultConfig, changed by
+// adjust if given, started at time.Unix(0, 0).
+func newMachine(t *testing.T, id uint64, name string, adjust ...func(*Config)) (*Machine, Config, time.Time) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: id, Name: name}, Eligible: true}
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	start := time.Unix(0, 0)
+	m, err := New(cfg, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, cfg, start
+}
+
+// TestLeaderAheadOfGossipIsFollowed: a COORDINATOR can come from a node
+// gossip does not list yet (in a fleet that starts together, joins take
+// seconds to spread on a loaded host). The follower keeps it while the
+// membership catches up, for CoordinatorTimeout at most; it forgets at
+// once a leader gossip listed and no longer does. Before, every membership
+// update dropped the unlisted leader, and followers kept losing and
+// relearning their first leader.
+func TestLeaderAheadOfGossipIsFollowed(t *testing.T) {
+	m, cfg, now := newMachine(t, 2, "n2")
+	n1, n9 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}, Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	without, with := []Member{cfg.Self, n1}, []Member{cfg.Self, n1, n9}
+	m.SetMembers(now, without)
+	m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 1})
+	leads := func(what string, want Node) {
+		t.Helper()
+		if got := m.Status().Leader; got != want {
+			t.Fatalf("%s: leader %v, want %v", what, got, want)
+		}
+	}
+	leads("after its COORDINATOR", n9.Node)
+	m.SetMembers(now.Add(100*time.Millisecond), without)
+	m.Tick(now.Add(100 * time.Millisecond))
+	leads("membership without it", n9.Node)
+	m.SetMembers(now.Add(time.Second), with)
+	m.Tick(now.Add(cfg.CoordinatorTimeout + time.Millisecond))
+	leads("listed, past the timeout", n9.Node)
+	m.SetMembers(now.Add(cfg.CoordinatorTimeout+time.Second), without)
+	leads("gossip reports it gone", Node{})
+
+	m, cfg, now = newMachine(t, 2, "n2")
+	m.SetMembers(now, without)
+	m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 1})
+	for at := time.Duration(0); at < cfg.CoordinatorTimeout; at += 250 * time.Millisecond {
+		m.SetMembers(now.Add(at), without)
+		m.Tick(now.Add(at))
+	}
+	leads("never listed, within the timeout", n9.Node)
+	m.Tick(now.Add(cfg.CoordinatorTimeout))
+	leads("never listed, at the timeout", Node{})
 }
