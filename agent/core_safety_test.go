@@ -287,12 +287,7 @@ func TestLoweredEpochFileIsRaised(t *testing.T) {
 // pledge requests (its peer port is unreachable, though gossip lists it),
 // the bootstrap cannot complete, and a node says who is silent.
 func TestSilentPledgeIsReported(t *testing.T) {
-	s := newCsim(t, testlog.Seed(t))
-	s.makeNodes(3, 3)
-	for _, x := range []string{"n1", "n2"} {
-		s.cutPeers("n3", x, false)
-	}
-	s.bootTogether(3, "n1", "n2", "n3")
+	s := bootWithSilentN3(t)
 	s.run(10 * time.Second)
 	s.checkOneCluster()
 	w := s.nodes["n1"].c.boot.warned
@@ -301,17 +296,24 @@ func TestSilentPledgeIsReported(t *testing.T) {
 	}
 }
 
-// TestEarlyPledgeRefusalIsNotAnError: while a fleet starts, a member often
-// refuses a pledge because gossip has not shown it the whole set yet; that
-// is said at debug, and a refusal is reported as a stalled bootstrap only
-// once pledges have been asked for pledgeSilence.
-func TestEarlyPledgeRefusalIsNotAnError(t *testing.T) {
+// bootWithSilentN3 boots n1, n2 and n3 together with --expect 3, n3's
+// peer port unreachable from the others (gossip still lists it).
+func bootWithSilentN3(t *testing.T) *csim {
 	s := newCsim(t, testlog.Seed(t))
 	s.makeNodes(3, 3)
 	for _, x := range []string{"n1", "n2"} {
 		s.cutPeers("n3", x, false)
 	}
 	s.bootTogether(3, "n1", "n2", "n3")
+	return s
+}
+
+// TestEarlyPledgeRefusalIsNotAnError: while a fleet starts, a member often
+// refuses a pledge because gossip has not shown it the whole set yet; that
+// is said at debug, and a refusal is reported as a stalled bootstrap only
+// once pledges have been asked for pledgeSilence.
+func TestEarlyPledgeRefusalIsNotAnError(t *testing.T) {
+	s := bootWithSilentN3(t)
 	s.run(time.Second)
 	c := s.nodes["n1"].c
 	b := c.boot
