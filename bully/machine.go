@@ -164,17 +164,14 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			delete(m.silent, name)
 		}
 	}
-	if !m.leader.IsZero() && !m.isSelf(m.leader) && !m.isLive(m.leader) {
-		if _, was := prev[m.leader.Name]; was {
-			m.forgetLeader(now) // gossip reports it gone
-		} else if m.state == StateFollower && m.deadline.IsZero() {
-			// Its announcement overtook the membership: followed for
-			// CoordinatorTimeout at most unless it shows up live, as in
-			// follow. Forgotten at once, as before, a fleet that started
-			// together kept dropping and relearning its first leader
-			// while gossip spread the joins (seconds on a loaded host).
-			m.deadline = now.Add(m.cfg.CoordinatorTimeout)
-		}
+	// A leader gossip listed and no longer does is gone. One it never
+	// listed (its COORDINATOR overtook the membership) is kept: follow
+	// gave it CoordinatorTimeout to show up live. Forgotten at once, as
+	// before, a fleet that started together kept dropping and relearning
+	// its first leader while gossip spread the joins (seconds on a
+	// loaded host).
+	if _, was := prev[m.leader.Name]; was && !m.isSelf(m.leader) && !m.isLive(m.leader) {
+		m.forgetLeader(now)
 	}
 	if m.state == StateLeader {
 		sortNodes(newcomers)
