@@ -170,7 +170,7 @@ func TestParseLogLine(t *testing.T) {
 // record, escaped, and cannot forge a line of its own.
 func TestLogWriterOneRecordPerWrite(t *testing.T) {
 	logger, counts := testLogger(t, "level=ERROR", "level=WARN")
-	std := newStdLogger(logger)
+	std := newStdLogger(logger, nil)
 	std.Printf("[WARN] memberlist: Got ping for unexpected node %s from=10.0.0.9:7946", "evil\n[ERROR] serf: forged")
 	if counts["level=WARN"].Load() != 1 || counts["level=ERROR"].Load() != 0 {
 		t.Fatalf("%d WARN and %d ERROR records, want the one WARN", counts["level=WARN"].Load(), counts["level=ERROR"].Load())

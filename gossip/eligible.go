@@ -16,7 +16,7 @@ func (m *Membership) SetEligible(eligible bool, extra map[string]string) error {
 	}
 	id := m.ident
 	id.eligible = eligible
-	if err := m.serf.SetTags(encodeTags(id, extra)); err != nil {
+	if err := m.publishTags(encodeTags(id, extra)); err != nil {
 		return fmt.Errorf("gossip: set eligible: %w", err)
 	}
 	m.ident = id

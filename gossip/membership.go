@@ -40,6 +40,7 @@ type Membership struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // pump, join loop, Join calls
 	tagsMu   sync.Mutex     // serialises SetTags
+	conflict *conflictGate  // holds tag updates while serf resolves a name conflict
 	joinMu   sync.Mutex     // guards stopJoin and joinDone
 	stopJoin context.CancelFunc
 	joinDone chan struct{} // closed when the join loop exits; nil if none
@@ -76,6 +77,7 @@ func Start(cfg Config) (*Membership, error) {
 		cancel:    cancel,
 		warnedIDs: make(map[string]bool),
 		converted: make(map[string]convertedMember),
+		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
 	if err := m.startSerf(serfEvents); err != nil {
@@ -97,7 +99,7 @@ func Start(cfg Config) (*Membership, error) {
 // startSerf binds the gossip transport and creates serf.
 func (m *Membership) startSerf(events chan serf.Event) error {
 	ip, port, _ := splitBindAddr(m.cfg.BindAddr) // checked by Validate
-	std := newStdLogger(m.logger)
+	std := newStdLogger(m.logger, m.conflict.observe)
 	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
 		ip: ip, port: port, logger: m.logger,
 		maxMembers: m.cfg.MaxMembers, maxStreams: m.cfg.MaxInboundStreams, tcpTimeout: m.cfg.Timing.TCPTimeout,
@@ -155,6 +157,7 @@ func (m *Membership) serfConfig(ip string, port int, events chan serf.Event, std
 	sc.RejoinAfterLeave = true
 	mc := sc.MemberlistConfig
 	mc.Logger, mc.LogOutput = std, nil
+	mc.Alive = m.conflict // serf sets its own only with a Merge delegate, which tenure does not use
 	mc.BindAddr, mc.BindPort, mc.AdvertisePort = ip, port, port
 	if m.cfg.AdvertiseAddr != "" {
 		host, advPort, _ := splitAdvertiseAddr(m.cfg.AdvertiseAddr) // checked by Validate
@@ -306,10 +309,31 @@ func (m *Membership) SetTags(extra map[string]string) error {
 		// crash re-advertising it.
 		return ErrShutdown
 	}
-	if err := m.serf.SetTags(encodeTags(m.ident, extra)); err != nil {
+	if err := m.publishTags(encodeTags(m.ident, extra)); err != nil {
 		return fmt.Errorf("gossip: set tags: %w", err)
 	}
 	return nil
+}
+
+// publishTags hands tags to serf, which advertises them, once no conflict
+// over this node's name is being resolved; if a resolution started while
+// serf advertised them, memberlist may have refused the update, so it is
+// made again when that resolution is over (see conflictGate). tagsMu is
+// held.
+func (m *Membership) publishTags(tags map[string]string) error {
+	for {
+		if err := m.conflict.wait(m.ctx); err != nil {
+			return ErrShutdown
+		}
+		if m.serf.State() == serf.SerfShutdown {
+			return ErrShutdown // serf stopped by itself: it lost a name conflict
+		}
+		started := m.conflict.started.Load()
+		err := m.serf.SetTags(tags)
+		if m.conflict.started.Load() == started {
+			return err
+		}
+	}
 }
 
 // Leave leaves the cluster gracefully: it stops joining, broadcasts the

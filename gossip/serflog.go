@@ -31,6 +31,9 @@ import (
 //     share one "other" kind per component.
 type logWriter struct {
 	logger *slog.Logger
+	// watch, if set, sees each message's component and text as the library
+	// wrote it, before it is cleaned or left out (see conflictGate).
+	watch func(component, msg string)
 
 	mu      sync.Mutex
 	repeats map[string]*repeat
@@ -72,9 +75,10 @@ var foreignPrefixes = []string{
 	"discarding stream with unacceptable label", // memberlist: label
 }
 
-// newStdLogger returns a *log.Logger that writes into logger.
-func newStdLogger(logger *slog.Logger) *log.Logger {
-	return log.New(&logWriter{logger: logger, repeats: map[string]*repeat{}}, "", 0)
+// newStdLogger returns a *log.Logger that writes into logger, showing each
+// message to watch first if watch is not nil.
+func newStdLogger(logger *slog.Logger, watch func(component, msg string)) *log.Logger {
+	return log.New(&logWriter{logger: logger, watch: watch, repeats: map[string]*repeat{}}, "", 0)
 }
 
 // Write logs p as one record. It never fails.
@@ -84,6 +88,9 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	level, component, msg := parseLogLine(line)
+	if w.watch != nil {
+		w.watch(component, msg)
+	}
 	kind, msg := classify(msg)
 	if n, ok := w.admit(level, component, kind, time.Now()); ok {
 		attrs := []any{"component", component}

@@ -1,0 +1,154 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// conflictGate holds this node's tag updates while serf resolves a
+// conflict over its name.
+//
+// When another node claims this node's name from another address, serf
+// starts a goroutine that asks the cluster which address the name
+// belongs to and compares the answers with the address of
+// memberlist.LocalNode, a pointer into memberlist's state that it reads
+// without a lock. Every SetTags rewrites that address (with the same
+// value) under memberlist's lock, so a tag update during the resolution is
+// a data race inside serf. Serf says when a resolution starts and ends
+// only in its log, so the gate reads those lines as they are written:
+//   - "Node name conflicts with another node ... (Resolution enabled:
+//     true)" is written under memberlist's lock, just before the resolver
+//     starts: the gate shuts;
+//   - "majority/minority in name conflict resolution" and "Failed to start
+//     name resolution query" are written after the resolver's last read:
+//     the gate opens when every resolution started has ended.
+//
+// SetTags waits while the gate is shut. For an update already past that
+// check, memberlist asks the gate (as its AliveDelegate, under the same
+// lock as the start line) and the gate refuses this node's own alive
+// message while shut, so nothing is written; SetTags then sees that a
+// resolution started during its update and makes it again once the gate
+// opens. If an end line never comes (a serf whose messages changed), the
+// gate opens anyway after bound.
+type conflictGate struct {
+	name  string
+	bound time.Duration // how long one resolution may hold the gate
+
+	mu       sync.Mutex
+	running  int           // resolutions started and not yet ended
+	deadline time.Time     // when the gate opens even so
+	open     chan struct{} // closed when the gate opens; nil while open
+
+	started atomic.Int64 // resolutions started since the gate was made
+}
+
+// errNameConflict is the reason memberlist is given for ignoring this
+// node's own alive message while a name conflict is being resolved.
+var errNameConflict = errors.New("tags held while a conflict over this node's name is resolved")
+
+// newConflictGate returns an open gate for the node called name. Serf's
+// resolution lasts one query timeout (gossip interval × 16 × log10 of the
+// cluster size, rounded up); the gate waits twice that for the largest
+// cluster allowed, and at least 30 s.
+func newConflictGate(name string, gossipInterval time.Duration, maxMembers int) *conflictGate {
+	query := gossipInterval * 16 * time.Duration(math.Ceil(math.Log10(float64(maxMembers+1))))
+	return &conflictGate{name: name, bound: max(2*query, 30*time.Second)}
+}
+
+// observe reads one of serf's log messages (its component and message,
+// without the level) for the start or end of a resolution.
+func (g *conflictGate) observe(component, msg string) {
+	if component != "serf" {
+		return
+	}
+	switch {
+	case strings.HasPrefix(msg, "Node name conflicts with another node") &&
+		strings.HasSuffix(msg, "(Resolution enabled: true)"):
+		g.begin(time.Now())
+	case strings.HasPrefix(msg, "majority in name conflict resolution"),
+		strings.HasPrefix(msg, "minority in name conflict resolution"),
+		strings.HasPrefix(msg, "Failed to start name resolution query"):
+		g.end()
+	}
+}
+
+func (g *conflictGate) begin(now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expire(now)
+	if g.running == 0 {
+		g.open = make(chan struct{})
+	}
+	g.running++
+	g.deadline = now.Add(g.bound)
+	g.started.Add(1)
+}
+
+func (g *conflictGate) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.running > 0 {
+		g.running--
+		if g.running == 0 {
+			close(g.open)
+			g.open = nil
+		}
+	}
+}
+
+// expire opens the gate if its deadline has passed. g.mu is held.
+func (g *conflictGate) expire(now time.Time) {
+	if g.running > 0 && !now.Before(g.deadline) {
+		g.running = 0
+		close(g.open)
+		g.open = nil
+	}
+}
+
+// shut reports whether the gate is shut, and if so a channel closed when
+// it opens and the time it opens at the latest.
+func (g *conflictGate) shut() (bool, <-chan struct{}, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expire(time.Now())
+	return g.running > 0, g.open, g.deadline
+}
+
+// wait returns when the gate is open, or ctx's error when ctx ends first.
+func (g *conflictGate) wait(ctx context.Context) error {
+	for {
+		shut, open, deadline := g.shut()
+		if !shut {
+			return nil
+		}
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-open:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// NotifyAlive implements memberlist.AliveDelegate: while the gate is shut
+// it refuses alive messages for this node's name, so memberlist does not
+// rewrite the local node's address (see conflictGate).
+func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
+	if n.Name != g.name {
+		return nil
+	}
+	if shut, _, _ := g.shut(); shut {
+		return errNameConflict
+	}
+	return nil
+}
