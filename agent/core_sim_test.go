@@ -29,6 +29,7 @@ type csim struct {
 	order   []string
 	cut     map[[2]string]bool // gossip and peer messages cut (a→b)
 	peerCut map[[2]string]bool // peer messages only: gossip still sees both
+	hidden  map[[2]string]bool // gossip does not list b to a yet; peer messages flow
 	drop    float64
 	slow    float64 // share of messages delayed up to two TTLs
 	dup     float64 // share of messages delivered twice
@@ -142,6 +143,7 @@ func newCsim(t testing.TB, seed uint64) *csim {
 		nodes:   map[string]*cnode{},
 		cut:     map[[2]string]bool{},
 		peerCut: map[[2]string]bool{},
+		hidden:  map[[2]string]bool{},
 		ttl:     2 * time.Second,
 		terms:   map[uint64]string{},
 	}
@@ -297,7 +299,7 @@ func (s *csim) syncViews() {
 		var view []memberView
 		for _, b := range s.order {
 			nb := s.nodes[b]
-			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused) { // a paused node fails its probes
+			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused && !s.hidden[[2]string{a, b}]) { // a paused node fails its probes
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained},
 					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
 					Zone: nb.zone})

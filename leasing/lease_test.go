@@ -313,3 +313,51 @@ func FuzzDecodeRoster(f *testing.F) {
 		}
 	})
 }
+
+// TestRefusedCandidateWaitsForAcquiringRound: a voter refusing a candidate
+// for a promise to another candidate's acquire says so, with the
+// promise's age, until that holder renews; the refused candidate then
+// waits for the rest of the holder's budget, not the whole promise, while
+// the holder's round may still be deciding, and for the whole promise
+// once it renewed or its budget passed.
+func TestRefusedCandidateWaitsForAcquiringRound(t *testing.T) {
+	a, b, v := Node{1, "a"}, Node{2, "b"}, Node{3, "v"}
+	r := Bootstrap([]Node{a, b, v})
+	t0 := time.Unix(0, 0)
+	ttl, budget := 10*time.Second, time.Second
+	req := func(k Kind, c Node, e uint64) Request {
+		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	}
+	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: ttl})
+	if rep := vt.Handle(t0, req(Acquire, a, 1), r); !rep.Granted {
+		t.Fatalf("first acquire refused: %+v", rep)
+	}
+	wait := func(at time.Duration, epoch uint64) (Reply, time.Duration) {
+		rd := NewRound(1, Acquire, epoch, r, t0.Add(at), budget)
+		q := req(Acquire, b, epoch)
+		q.Seq = 1
+		rep := vt.Handle(t0.Add(at), q, r)
+		rd.Add(rep)
+		return rep, rd.RetryAfter()
+	}
+	steps := []struct {
+		at        time.Duration
+		acquiring bool
+		wait      time.Duration
+	}{
+		{300 * time.Millisecond, true, 700 * time.Millisecond}, // a's round may still be deciding
+		{budget, true, ttl - budget},                           // a's budget is over: a won and has not renewed yet
+	}
+	for i, s := range steps {
+		rep, got := wait(s.at, uint64(2+i))
+		if rep.Reason != ReasonPromised || rep.Holder != a || rep.Acquiring != s.acquiring || got != s.wait {
+			t.Fatalf("step %d at %v: %+v, wait %v; want promised to a (acquiring %v), wait %v", i, s.at, rep, got, s.acquiring, s.wait)
+		}
+	}
+	if rep := vt.Handle(t0.Add(2*time.Second), req(Renew, a, 1), r); !rep.Granted || rep.Acquiring {
+		t.Fatalf("renewal: %+v, want a grant of a settled promise", rep)
+	}
+	if rep, got := wait(2*time.Second+100*time.Millisecond, 4); rep.Acquiring || got != ttl-100*time.Millisecond {
+		t.Fatalf("after a's renewal: %+v, wait %v; want the whole promise", rep, got)
+	}
+}

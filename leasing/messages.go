@@ -87,6 +87,13 @@ type Reply struct {
 	// how long that promise still runs.
 	Holder    Node          `msgpack:"holder"`
 	Remaining time.Duration `msgpack:"remaining"`
+	// Acquiring says the promise to Holder was given to its acquire and
+	// the holder has not renewed it since; Age is how long ago that
+	// acquire was granted. Such a holder's round may still be deciding: if
+	// it fails, the holder releases the promise when its budget ends, so a
+	// candidate refused for it need not wait for the whole promise.
+	Acquiring bool          `msgpack:"acquiring,omitempty"`
+	Age       time.Duration `msgpack:"age,omitempty"`
 	// Roster is the voter's roster when it is newer than the candidate's.
 	Roster *Roster `msgpack:"roster,omitempty"`
 	// Longest is the longest TTL the voter has ever promised (recorded

@@ -69,7 +69,7 @@ func (r *Round) Add(rep Reply) {
 	r.refusals[rep.Reason]++
 	r.reasons[rep.Voter.Name] = rep.Reason
 	if rep.Reason == ReasonPromised {
-		r.maxWait = max(r.maxWait, rep.Remaining)
+		r.maxWait = max(r.maxWait, r.promiseWait(rep))
 	}
 	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
 		rep.Roster.Newer(r.Roster) && (r.newer == nil || rep.Roster.Newer(*r.newer)) {
@@ -136,8 +136,27 @@ func (r *Round) NewerRoster() (Roster, bool) {
 }
 
 // RetryAfter is how long a failed candidate should wait: until the longest
-// reported promise to another node has run out.
+// reported promise to another node has run out, or, for a promise to
+// another candidate's acquire that may still be deciding, until that
+// round's budget ends.
 func (r *Round) RetryAfter() time.Duration { return r.maxWait }
+
+// promiseWait is how long a refusal for a promise to another node asks
+// this candidate to wait. A promise given to an acquire less than a budget
+// ago belongs to a round that may still be deciding (its requests went out
+// before the grant, so it ends within a budget of it): if it wins, its
+// COORDINATOR arrives meanwhile; if it fails, its holder releases the
+// promise at the end of the round, and waiting out the whole promise (a
+// TTL) would leave the cluster without a leader for that long. Candidates
+// are assumed to share one acquire budget; a holder that won and has not
+// renewed yet is waited out in full once its budget has passed.
+func (r *Round) promiseWait(rep Reply) time.Duration {
+	budget := r.Budget.Sub(r.Sent)
+	if rep.Acquiring && rep.Age < budget {
+		return min(rep.Remaining, budget-rep.Age)
+	}
+	return rep.Remaining
+}
 
 // Refusals counts the refusals by reason.
 func (r *Round) Refusals() map[Reason]int { return r.refusals }

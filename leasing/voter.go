@@ -45,6 +45,7 @@ type Voter struct {
 	epoch   uint64
 	expiry  time.Time
 	granted time.Time // when the holder's last request was granted
+	renewed bool      // the holder's last granted request was a renewal
 	// released is the last term released by its holder: a renewal of it
 	// that arrives late (reordered after the release) is refused, so a
 	// resigned leader is not promised again.
@@ -100,6 +101,7 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 		return v.reply(now, false, ReasonStorage)
 	}
 	v.holder, v.epoch, v.expiry, v.granted = req.Candidate, req.Epoch, now.Add(req.TTL), now
+	v.renewed = req.Kind == Renew
 	rep := v.reply(now, true, "")
 	rep.First = first
 	return rep
@@ -230,6 +232,9 @@ func (v *Voter) reply(now time.Time, granted bool, reason Reason) Reply {
 	rep := Reply{Voter: v.self, Granted: granted, Reason: reason, Highest: v.highest(), Longest: v.store.LongestTTL()}
 	if h, exp, ok := v.Promise(now); ok {
 		rep.Holder, rep.Remaining = h, exp.Sub(now)
+		if !v.renewed {
+			rep.Acquiring, rep.Age = true, now.Sub(v.granted)
+		}
 	}
 	return rep
 }
