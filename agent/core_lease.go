@@ -83,7 +83,11 @@ func (c *core) evaluate(now time.Time) {
 		c.count("lease.acquire_failed")
 		c.acquireFailed(now, rd)
 		c.sendRelease(now, rd.Epoch, rd.Roster)
-		c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
+		if c.collidedBelow(rd) {
+			c.m.AcquireCollided(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
+		} else {
+			c.m.AcquireFailed(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
+		}
 	case rd.Epoch != c.lease.epoch:
 		// A renewal of a term that has ended meanwhile.
 	case won:
@@ -244,4 +248,24 @@ func (c *core) leaseRemaining(now time.Time) time.Duration {
 		return 0
 	}
 	return c.lease.deadline.Sub(now)
+}
+
+// collidedBelow reports whether a failed acquire lost only to candidates
+// ranked below this node: every refusal was for a promise to a lower node
+// or for an epoch another round took first, and at least one was a
+// promise. Any other refusal (a restarting voter, another roster) or a
+// promise to a higher node is an ordinary failure.
+func (c *core) collidedBelow(rd *leasing.Round) bool {
+	for reason := range rd.Refusals() {
+		if reason != leasing.ReasonPromised && reason != leasing.ReasonStaleEpoch {
+			return false
+		}
+	}
+	holders := rd.PromisedTo()
+	for _, h := range holders {
+		if !(bully.Node{ID: h.ID, Name: h.Name}).Less(c.cfg.Self) {
+			return false
+		}
+	}
+	return len(holders) > 0
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/leasing"
 )
 
@@ -733,4 +734,35 @@ func (s *csim) saidWhy() bool {
 		}
 	}
 	return false
+}
+
+// TestCollidedBelow: a failed acquire counts as a collision with lower
+// candidates only when every refusal was a promise to a lower node or a
+// stale epoch, and at least one was a promise.
+func TestCollidedBelow(t *testing.T) {
+	c := &core{cfg: coreConfig{Self: bully.Node{ID: 5, Name: "n5"}}}
+	voters := []leasing.Node{{ID: 1, Name: "n1"}, {ID: 2, Name: "n2"}, {ID: 3, Name: "n3"}}
+	lower, higher := leasing.Node{ID: 4, Name: "n4"}, leasing.Node{ID: 6, Name: "n6"}
+	refusal := func(i int, reason leasing.Reason, holder leasing.Node) leasing.Reply {
+		return leasing.Reply{Seq: 1, Epoch: 3, Voter: voters[i], Reason: reason, Holder: holder}
+	}
+	cases := []struct {
+		name    string
+		replies []leasing.Reply
+		want    bool
+	}{
+		{"promised to lower nodes", []leasing.Reply{refusal(0, leasing.ReasonPromised, lower), refusal(1, leasing.ReasonStaleEpoch, lower)}, true},
+		{"promised to a higher node", []leasing.Reply{refusal(0, leasing.ReasonPromised, lower), refusal(1, leasing.ReasonPromised, higher)}, false},
+		{"a restarting voter", []leasing.Reply{refusal(0, leasing.ReasonPromised, lower), refusal(1, leasing.ReasonRestarting, leasing.Node{})}, false},
+		{"no promise", []leasing.Reply{refusal(0, leasing.ReasonStaleEpoch, leasing.Node{})}, false},
+	}
+	for _, tc := range cases {
+		rd := leasing.NewRound(1, leasing.Acquire, 3, leasing.Bootstrap(voters), time.Unix(0, 0), time.Second)
+		for _, rep := range tc.replies {
+			rd.Add(rep)
+		}
+		if got := c.collidedBelow(rd); got != tc.want {
+			t.Errorf("%s: collidedBelow = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

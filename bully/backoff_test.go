@@ -65,6 +65,47 @@ func TestFailedRoundsBackOff(t *testing.T) {
 	t.Logf("retry waits after 1..6 failures in a row: %v", waits)
 }
 
+// TestCollidedRoundRetriesWithoutBackoff: a round that lost only to lower
+// candidates' rounds retries once they can have ended plus jitter, for two
+// failures in a row; a third backs off as any failed round does.
+func TestCollidedRoundRetriesWithoutBackoff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	cfg.Rand = rand.New(rand.NewPCG(3, 4))
+	now := time.Unix(1000, 0)
+	m, err := New(cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Ready()
+	next := func(limit time.Duration) (uint64, time.Duration) {
+		t.Helper()
+		start := now
+		for ; now.Sub(start) < limit; now = now.Add(10 * time.Millisecond) {
+			m.Tick(now)
+			if e := m.Ready().Acquire; e != 0 {
+				return e, now.Sub(start)
+			}
+		}
+		t.Fatalf("no lease round within %v", limit)
+		return 0, 0
+	}
+	epoch, _ := next(cfg.StartupDelay + time.Minute)
+	const wait = 700 * time.Millisecond // until the lower rounds can have ended
+	for k := 1; k <= maxCollidedRetries; k++ {
+		m.AcquireCollided(now, epoch, epoch, wait)
+		var took time.Duration
+		epoch, took = next(time.Minute)
+		if took < wait || took > wait+cfg.Jitter+10*time.Millisecond {
+			t.Fatalf("collision %d: retried after %v, want %v plus at most %v of jitter", k, took, wait, cfg.Jitter)
+		}
+	}
+	m.AcquireCollided(now, epoch, epoch, wait)
+	if _, took := next(time.Minute); took < wait+cfg.RetryDelay {
+		t.Fatalf("collision %d in a row: retried after %v, want the backoff too (at least %v)", maxCollidedRetries+1, took, wait+cfg.RetryDelay)
+	}
+}
+
 // TestLeaderWhoseNewTermFailsCampaigns: a leader that learns of a term at
 // least as high as its own from a lower node starts a term above it; when
 // that round fails it knows no leader and campaigns again. Before, it was

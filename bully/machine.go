@@ -338,6 +338,28 @@ func (m *Machine) coordinator(to Node) Message {
 // that refused it run out. The node retries after that wait plus a random
 // delay, unless a leader became known meanwhile.
 func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Duration) {
+	m.acquireFailed(now, epoch, seen, wait, false)
+}
+
+// AcquireCollided is AcquireFailed for a round that failed only because
+// it collided with rounds of candidates ranked below this node: the
+// voters that refused it had promised those candidates (wait is how long
+// until their rounds can have ended and released the promises). Such
+// candidates did not yet know of this node, as while a fleet starts and
+// gossip is still spreading the joins. The node retries once their rounds
+// can have ended, with jitter but without the backoff of AcquireFailed,
+// for its first two failures in a row; the lower candidates back off as
+// usual. So the highest of them goes first and wins, and they do not
+// collide again.
+func (m *Machine) AcquireCollided(now time.Time, epoch, seen uint64, wait time.Duration) {
+	m.acquireFailed(now, epoch, seen, wait, true)
+}
+
+// maxCollidedRetries is how many failed rounds in a row AcquireCollided
+// retries without backoff.
+const maxCollidedRetries = 2
+
+func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Duration, collided bool) {
 	if !m.jumps(Node{}, seen) {
 		m.observe(seen)
 	}
@@ -354,7 +376,11 @@ func (m *Machine) AcquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 		m.leader, m.term = Node{}, 0
 	}
 	m.failures++
-	m.retryAt = now.Add(wait + m.backoff())
+	delay := m.backoff()
+	if collided && m.failures <= maxCollidedRetries {
+		delay = m.jitter()
+	}
+	m.retryAt = now.Add(wait + delay)
 	switch {
 	case !m.leader.IsZero():
 	case m.taking(now):

@@ -29,6 +29,7 @@ type Round struct {
 	highest  uint64
 	newer    *Roster
 	maxWait  time.Duration // longest promise to another holder among refusals
+	holders  []Node        // the holders of the promises that refused the round
 	refusals map[Reason]int
 	reasons  map[string]Reason // each refusing voter's reason, by name
 	longest  time.Duration     // longest TTL any granting voter ever promised
@@ -70,6 +71,7 @@ func (r *Round) Add(rep Reply) {
 	r.reasons[rep.Voter.Name] = rep.Reason
 	if rep.Reason == ReasonPromised {
 		r.maxWait = max(r.maxWait, r.promiseWait(rep))
+		r.holders = append(r.holders, rep.Holder)
 	}
 	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
 		rep.Roster.Newer(r.Roster) && (r.newer == nil || rep.Roster.Newer(*r.newer)) {
@@ -157,6 +159,10 @@ func (r *Round) promiseWait(rep Reply) time.Duration {
 	}
 	return rep.Remaining
 }
+
+// PromisedTo returns the holders of the promises that refused the round,
+// one for each voter that refused it as promised.
+func (r *Round) PromisedTo() []Node { return r.holders }
 
 // Refusals counts the refusals by reason.
 func (r *Round) Refusals() map[Reason]int { return r.refusals }
