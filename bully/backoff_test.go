@@ -24,19 +24,7 @@ func TestFailedRoundsBackOff(t *testing.T) {
 	lower := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
 	m.SetMembers(now, []Member{lower})
 	m.Ready()
-	acquire := func(limit time.Duration) (uint64, time.Duration) {
-		t.Helper()
-		start := now
-		for ; now.Sub(start) < limit; now = now.Add(10 * time.Millisecond) {
-			m.Tick(now)
-			if e := m.Ready().Acquire; e != 0 {
-				return e, now.Sub(start)
-			}
-		}
-		t.Fatalf("no lease round within %v", limit)
-		return 0, 0
-	}
-	epoch, _ := acquire(cfg.StartupDelay + time.Minute)
+	epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
 	var waits []time.Duration
 	for k := 1; k <= 6; k++ {
 		m.AcquireFailed(now, epoch, 0, 0)
@@ -50,7 +38,7 @@ func TestFailedRoundsBackOff(t *testing.T) {
 			t.Fatalf("failure %d: a lower node's ELECTION started round %d during the backoff", k, e)
 		}
 		var wait time.Duration
-		epoch, wait = acquire(time.Minute)
+		epoch, wait = nextRound(t, m, &now, time.Minute)
 		waits = append(waits, wait)
 		// Each wait is RetryDelay doubled per failure after the first,
 		// capped, of which the upper half is random.
@@ -63,6 +51,22 @@ func TestFailedRoundsBackOff(t *testing.T) {
 		}
 	}
 	t.Logf("retry waits after 1..6 failures in a row: %v", waits)
+}
+
+// nextRound ticks m every 10 ms from *now until it asks for a lease round,
+// and returns the round's epoch and how long that took; it fails the test
+// after limit.
+func nextRound(t *testing.T, m *Machine, now *time.Time, limit time.Duration) (uint64, time.Duration) {
+	t.Helper()
+	start := *now
+	for ; now.Sub(start) < limit; *now = now.Add(10 * time.Millisecond) {
+		m.Tick(*now)
+		if e := m.Ready().Acquire; e != 0 {
+			return e, now.Sub(start)
+		}
+	}
+	t.Fatalf("no lease round within %v", limit)
+	return 0, 0
 }
 
 // TestCollidedRoundRetriesWithoutBackoff: a round that lost only to lower
@@ -78,30 +82,18 @@ func TestCollidedRoundRetriesWithoutBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Ready()
-	next := func(limit time.Duration) (uint64, time.Duration) {
-		t.Helper()
-		start := now
-		for ; now.Sub(start) < limit; now = now.Add(10 * time.Millisecond) {
-			m.Tick(now)
-			if e := m.Ready().Acquire; e != 0 {
-				return e, now.Sub(start)
-			}
-		}
-		t.Fatalf("no lease round within %v", limit)
-		return 0, 0
-	}
-	epoch, _ := next(cfg.StartupDelay + time.Minute)
+	epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
 	const wait = 700 * time.Millisecond // until the lower rounds can have ended
 	for k := 1; k <= maxCollidedRetries; k++ {
 		m.AcquireCollided(now, epoch, epoch, wait)
 		var took time.Duration
-		epoch, took = next(time.Minute)
+		epoch, took = nextRound(t, m, &now, time.Minute)
 		if took < wait || took > wait+cfg.Jitter+10*time.Millisecond {
 			t.Fatalf("collision %d: retried after %v, want %v plus at most %v of jitter", k, took, wait, cfg.Jitter)
 		}
 	}
 	m.AcquireCollided(now, epoch, epoch, wait)
-	if _, took := next(time.Minute); took < wait+cfg.RetryDelay {
+	if _, took := nextRound(t, m, &now, time.Minute); took < wait+cfg.RetryDelay {
 		t.Fatalf("collision %d in a row: retried after %v, want the backoff too (at least %v)", maxCollidedRetries+1, took, wait+cfg.RetryDelay)
 	}
 }
