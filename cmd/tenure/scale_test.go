@@ -50,7 +50,7 @@ var (
 	scaleKeep      = flag.Bool("scale.keep", false, "keep the work directory (logs) after the run")
 	scaleSeeds     = flag.String("scale.seeds", "first", "which agents the others --join: first (agents 1-3, voters) or last (the three highest, observers when VOTERS < N-2)")
 	scaleDebug     = flag.String("scale.debug", "", "comma-separated agent names (s001,s100) that log at debug level, to follow a slow start")
-	scaleProcs     = flag.Int("scale.gomaxprocs", 0, "GOMAXPROCS of the agents (0: Go's default, the number of CPUs)")
+	scaleEnv       = flag.String("scale.env", "", "comma-separated KEY=VALUE settings added to the agents' environment (GOMAXPROCS=1,GOGC=200), to measure runtime settings")
 	scaleBinary    = flag.String("scale.binary", "", "run this tenure binary instead of the one built from this tree (to measure an older version); it gets no --debug-addr, so no counters or profiles")
 )
 
@@ -257,8 +257,8 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	a.log = log
 	a.cmd = exec.Command(bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = log, log
-	if *scaleProcs > 0 {
-		a.cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", *scaleProcs))
+	if *scaleEnv != "" {
+		a.cmd.Env = append(os.Environ(), strings.Split(*scaleEnv, ",")...)
 	}
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := a.cmd.Start(); err != nil {
