@@ -322,13 +322,16 @@ func (m *Membership) SetTags(extra map[string]string) error {
 // held.
 func (m *Membership) publishTags(tags map[string]string) error {
 	for {
+		// Counted before the wait: a resolution that starts after the
+		// wait returned, and before serf's update took memberlist's lock,
+		// makes memberlist refuse the update, and must be seen here.
+		started := m.conflict.started.Load()
 		if err := m.conflict.wait(m.ctx); err != nil {
 			return ErrShutdown
 		}
 		if m.serf.State() == serf.SerfShutdown {
 			return ErrShutdown // serf stopped by itself: it lost a name conflict
 		}
-		started := m.conflict.started.Load()
 		err := m.serf.SetTags(tags)
 		if m.conflict.started.Load() == started {
 			return err
