@@ -263,7 +263,7 @@ func (c *core) collidedBelow(rd *leasing.Round) bool {
 	}
 	holders := rd.PromisedTo()
 	for _, h := range holders {
-		if !(bully.Node{ID: h.ID, Name: h.Name}).Less(c.cfg.Self) {
+		if !toBully(h).Less(c.cfg.Self) {
 			return false
 		}
 	}

@@ -13,14 +13,7 @@ import (
 // every such ELECTION started a round at once: the churn simulation burned
 // 4.4 epochs per term.
 func TestFailedRoundsBackOff(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
-	cfg.Rand = rand.New(rand.NewPCG(1, 2))
-	now := time.Unix(1000, 0)
-	m, err := New(cfg, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, now := newMachine(t, 2, "n2", func(c *Config) { c.Rand = rand.New(rand.NewPCG(1, 2)) })
 	lower := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
 	m.SetMembers(now, []Member{lower})
 	m.Ready()
@@ -73,14 +66,7 @@ func nextRound(t *testing.T, m *Machine, now *time.Time, limit time.Duration) (u
 // candidates' rounds retries once they can have ended plus jitter, for two
 // failures in a row; a third backs off as any failed round does.
 func TestCollidedRoundRetriesWithoutBackoff(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
-	cfg.Rand = rand.New(rand.NewPCG(3, 4))
-	now := time.Unix(1000, 0)
-	m, err := New(cfg, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, cfg, now := newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(3, 4)) })
 	m.Ready()
 	epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
 	const wait = 700 * time.Millisecond // until the lower rounds can have ended
