@@ -97,8 +97,7 @@ func (g *conflictGate) end() {
 	if g.running > 0 {
 		g.running--
 		if g.running == 0 {
-			close(g.open)
-			g.open = nil
+			g.reopen()
 		}
 	}
 }
@@ -106,10 +105,15 @@ func (g *conflictGate) end() {
 // expire opens the gate if its deadline has passed. g.mu is held.
 func (g *conflictGate) expire(now time.Time) {
 	if g.running > 0 && !now.Before(g.deadline) {
-		g.running = 0
-		close(g.open)
-		g.open = nil
+		g.reopen()
 	}
+}
+
+// reopen opens a shut gate and wakes its waiters. g.mu is held.
+func (g *conflictGate) reopen() {
+	g.running = 0
+	close(g.open)
+	g.open = nil
 }
 
 // shut reports whether the gate is shut, and if so a channel closed when
