@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tenurehq/tenure/leasing"
@@ -26,9 +28,10 @@ func (c *core) maybeFetchRoster(now time.Time) {
 		return
 	}
 	mine := c.roster()
+	// This runs on every tick: find the members worth asking first, and
+	// order only those (by name, so the rotation below is stable).
 	var from []memberView
-	for _, name := range sortedNames(c.live) {
-		mv := c.live[name]
+	for _, mv := range c.live {
 		if mv.Cluster != "" && mv.Node != c.cfg.Self && (mine.IsZero() || mv.RosterVersion > mine.Version) {
 			from = append(from, mv)
 		}
@@ -36,6 +39,7 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	if len(from) == 0 {
 		return
 	}
+	slices.SortFunc(from, func(a, b memberView) int { return strings.Compare(a.Name, b.Name) })
 	c.fetchAt = now.Add(rosterFetchInterval)
 	start := int(c.cfg.Self.ID % uint64(len(from)))
 	for range min(rosterFetchFanout, len(from)) {
