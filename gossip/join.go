@@ -43,12 +43,13 @@ func (m *Membership) joinLoop(ctx context.Context, addrs []string) {
 	list := strings.Join(addrs, ",")
 	delay := m.cfg.JoinRetryInterval
 	for attempt := 1; ; attempt++ {
-		n, err := m.join(addrs)
+		r, err := m.join(addrs)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			m.logger.Info("gossip: joined the cluster", "addrs", list, "reached", n, "attempt", attempt)
+			m.logger.Info("gossip: joined the cluster", "addrs", list, "exchanged", r.exchanged,
+				"already_members", r.listed, "attempt", attempt)
 			return
 		}
 		m.logger.Warn("gossip: join failed; will retry", "addrs", list, "attempt", attempt, "retry_in", delay, "err", err)

@@ -7,7 +7,9 @@ import (
 	"log"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -242,8 +244,10 @@ func (m *Membership) Events() <-chan Event {
 
 // Join joins the cluster through the given gossip addresses ("ip" or
 // "ip:port"; the port defaults to this node's gossip port) and returns how
-// many it reached. An error means none was reached. If ctx ends first, Join
-// returns ctx's error and the attempt finishes in the background.
+// many of them are in this node's cluster now: those it exchanged state
+// with, and those it found already listed alive (see join). An error means
+// none was reached. If ctx ends first, Join returns ctx's error and the
+// attempt finishes in the background.
 func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 	if len(addrs) == 0 {
 		return 0, errors.New("gossip: join: no addresses")
@@ -258,8 +262,8 @@ func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 	done := make(chan result, 1)
 	go func() {
 		defer m.wg.Done()
-		n, err := m.join(addrs)
-		done <- result{n, err}
+		r, err := m.join(addrs)
+		done <- result{r.exchanged + r.listed, err}
 	}()
 	select {
 	case r := <-done:
@@ -269,19 +273,77 @@ func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 	}
 }
 
-// join runs one serf join.
-func (m *Membership) join(addrs []string) (int, error) {
-	n, err := m.serf.Join(addrs, true)
-	if n == 0 && err == nil {
-		err = errors.New("no address reached")
+// joinResult is what one join did with its addresses.
+type joinResult struct {
+	exchanged int // addresses it pushed and pulled state with
+	listed    int // addresses it skipped: live members of its cluster already
+}
+
+// join contacts addrs in a random order, skipping each address that is by
+// then the gossip address of a live member (this node's own included): the
+// first exchange of state with a seed brings the whole membership that
+// seed knows, so the other seeds of the same cluster are most often listed
+// already, and contacting them again costs them a full exchange and this
+// node its time. A seed not listed is contacted: it may have formed a
+// cluster of its own, and the exchange merges the two. Every agent of a
+// fleet that starts together names the same few seeds; contacting each in
+// turn made every seed serve every joiner, and in a random order, one
+// each, they share the joins.
+func (m *Membership) join(addrs []string) (joinResult, error) {
+	var r joinResult
+	var errs []error
+	order := slices.Clone(addrs)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, addr := range order {
+		if m.listedAlive(addr) {
+			r.listed++
+			continue
+		}
+		n, err := m.serf.Join([]string{addr}, true)
+		if n > 0 {
+			r.exchanged++
+			if err != nil {
+				m.logger.Warn("gossip: announcing join", "err", err)
+			}
+			continue
+		}
+		if err == nil {
+			err = errors.New("not reached")
+		}
+		errs = append(errs, err)
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), err)
+	if r.exchanged+r.listed == 0 {
+		return r, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), errors.Join(errs...))
 	}
+	return r, nil
+}
+
+// listedAlive reports whether addr ("ip" or "ip:port") is the gossip
+// address of a member serf lists alive, this node included. A host name is
+// never listed: it may stand for other addresses.
+func (m *Membership) listedAlive(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		m.logger.Warn("gossip: announcing join", "err", err)
+		host, port = addr, strconv.Itoa(int(m.serf.LocalMember().Port))
 	}
-	return n, nil
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false
+	}
+	want := netip.AddrPortFrom(ip.Unmap(), uint16(p))
+	for _, s := range m.serf.Members() {
+		if s.Status != serf.StatusAlive {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(s.Addr); ok && netip.AddrPortFrom(a.Unmap(), s.Port) == want {
+			return true
+		}
+	}
+	return false
 }
 
 // track registers a goroutine that Shutdown must wait for, unless Shutdown

@@ -3,8 +3,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,4 +162,31 @@ func cpuSeconds(agents []*scaleAgent) float64 {
 		}
 	}
 	return sum / float64(max(n, 1))
+}
+
+// busiest names the k live agents that have used the most CPU since they
+// started, with their CPU seconds, busiest first.
+func busiest(agents []*scaleAgent, k int) string {
+	type used struct {
+		name string
+		s    float64
+	}
+	var all []used
+	for _, a := range agents {
+		if a.dead {
+			continue
+		}
+		if ticks, err := cpuTicks(a.cmd.Process.Pid); err == nil {
+			all = append(all, used{a.name, float64(ticks) / clockTicks})
+		}
+	}
+	slices.SortFunc(all, func(x, y used) int { return cmp.Compare(y.s, x.s) })
+	var b strings.Builder
+	for i, u := range all[:min(k, len(all))] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %.2f s", u.name, u.s)
+	}
+	return b.String()
 }

@@ -135,6 +135,7 @@ func TestScale(t *testing.T) {
 	res.StartCPU = cpuSeconds(agents)
 	t.Logf("CPU used per agent from the start to agreement: %.2f s (voters %.2f s, observers %.2f s)",
 		res.StartCPU, cpuSeconds(agents[:voters]), cpuSeconds(agents[voters:]))
+	t.Logf("the busiest agents: %s", busiest(agents, 8))
 	isVoter := func(name string) bool { return name <= agents[voters-1].name }
 	all := func(string) bool { return true }
 	c0 := fetchCounters(agents)

@@ -1,0 +1,82 @@
+package gossip
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestJoinExchangesWithOneSeedOfACluster: seeds that already form one
+// cluster are contacted once per join, whichever comes first in the random
+// order; the others are found listed. Every joiner still learns every
+// member.
+func TestJoinExchangesWithOneSeedOfACluster(t *testing.T) {
+	seeds := startCluster(t, 3, nil)
+	for _, s := range seeds {
+		waitStatus(t, 5*time.Second, s, seeds, StatusAlive)
+	}
+	addrs := []string{seeds[0].LocalMember().Addr, seeds[1].LocalMember().Addr, seeds[2].LocalMember().Addr}
+	for i := range 4 {
+		j := startNode(t, testConfig(t, 10+i))
+		r, err := j.join(addrs)
+		if err != nil {
+			t.Fatalf("joiner %d: join: %v", i, err)
+		}
+		if r.exchanged != 1 || r.listed != 2 {
+			t.Fatalf("joiner %d: exchanged state with %d seeds and found %d listed; want 1 and 2", i, r.exchanged, r.listed)
+		}
+		waitStatus(t, 5*time.Second, j, seeds, StatusAlive)
+		for _, s := range seeds {
+			waitStatus(t, 5*time.Second, s, []*node{j}, StatusAlive)
+		}
+	}
+}
+
+// TestJoinMergesSeparateClusters: a seed that is not a member of the
+// cluster the first exchange brought is contacted too, and the two
+// clusters become one.
+func TestJoinMergesSeparateClusters(t *testing.T) {
+	a := startNode(t, testConfig(t, 0))
+	b := startNode(t, testConfig(t, 1))
+	c := startNode(t, testConfig(t, 2))
+	r, err := c.join([]string{a.LocalMember().Addr, b.LocalMember().Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.exchanged != 2 || r.listed != 0 {
+		t.Fatalf("exchanged state with %d seeds, %d listed; want 2 and 0", r.exchanged, r.listed)
+	}
+	all := []*node{a, b, c}
+	waitStatus(t, 5*time.Second, a, all, StatusAlive)
+	waitStatus(t, 5*time.Second, b, all, StatusAlive)
+}
+
+// TestJoinListsItself: a seed names itself among the seeds; its own
+// address counts as reached without an exchange, as it did when serf
+// pushed and pulled with itself, so a lone first seed has joined. A seed
+// that cannot be reached does not fail a join that reached another.
+func TestJoinListsItself(t *testing.T) {
+	a := startNode(t, testConfig(t, 0))
+	closed := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	r, err := a.join([]string{a.LocalMember().Addr, closed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.exchanged != 0 || r.listed != 1 {
+		t.Fatalf("exchanged %d, listed %d; want 0 and 1", r.exchanged, r.listed)
+	}
+	if _, err := a.join([]string{closed}); err == nil {
+		t.Fatal("a join that reached no address succeeded")
+	}
+	// A host name may stand for other addresses: it is always contacted.
+	b := startNode(t, testConfig(t, 1))
+	_, port, _ := strings.Cut(a.LocalMember().Addr, ":")
+	if _, err := b.join([]string{a.LocalMember().Addr}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.join([]string{"localhost:" + port})
+	if err != nil || r.exchanged != 1 {
+		t.Fatalf("join by host name of a listed member: %+v, %v; want one exchange", r, err)
+	}
+}
