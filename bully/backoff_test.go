@@ -124,3 +124,49 @@ func TestLeaderWhoseNewTermFailsCampaigns(t *testing.T) {
 	}
 	t.Fatal("no new campaign within 10 s of the failed round")
 }
+
+// TestFailedRoundFollowsPassedLeader: a candidate whose round is in flight
+// does not yield to the COORDINATOR of a lower leader; when its round then
+// fails (the voters promised that leader), it follows that leader at once,
+// and claims leadership from it as a higher node does, instead of knowing
+// no leader until the next announcement. Before, the highest node of a
+// fleet that started together was often the last to learn the leader,
+// a whole AnnounceInterval after the others.
+func TestFailedRoundFollowsPassedLeader(t *testing.T) {
+	m, cfg, now := newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
+	n5 := Member{Node: Node{ID: 5, Name: "n5"}, Eligible: true}
+	m.SetMembers(now, []Member{cfg.Self, n5})
+	m.Ready()
+	epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
+	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	if st := m.Status(); st.State != StateAcquiring || !st.Leader.IsZero() {
+		t.Fatalf("during its round: %v following %v, want acquiring with no leader", st.State, st.Leader)
+	}
+	m.Ready()
+	m.AcquireFailed(now, epoch, epoch, time.Second)
+	if st := m.Status(); st.State != StateFollower || st.Leader != n5.Node || st.Term != epoch {
+		t.Fatalf("after the failed round: %v following %v term %d, want a follower of n5 term %d", st.State, st.Leader, st.Term, epoch)
+	}
+	claimed := false
+	for _, msg := range m.Ready().Messages {
+		claimed = claimed || (msg.Type == MsgAnswer && msg.To == n5.Node)
+	}
+	if !claimed {
+		t.Fatal("the higher node did not claim leadership from the leader it follows")
+	}
+
+	// A COORDINATOR passed over in one round is not followed when a later
+	// round fails: it may be long stale.
+	m, cfg, now = newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
+	m.SetMembers(now, []Member{cfg.Self, n5})
+	epoch, _ = nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
+	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	m.Acquired(now, epoch)
+	m.LeaseLost(now, epoch)
+	m.Ready()
+	next, _ := nextRound(t, m, &now, time.Minute)
+	m.AcquireFailed(now, next, next, time.Second)
+	if st := m.Status(); !st.Leader.IsZero() {
+		t.Fatalf("after a later round failed: following %v, want no leader", st.Leader)
+	}
+}

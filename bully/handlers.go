@@ -71,6 +71,9 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 		return nil
 	case StateAcquiring:
 		if !m.yieldsTo(l, term, m.acquiring) {
+			if m.passed == nil || term >= m.passed.Term {
+				m.passed = &msg
+			}
 			return nil
 		}
 	}
@@ -232,7 +235,7 @@ func (m *Machine) win() {
 	if m.epoch == 0 || !broken.Is(broken.NoEpochBump) {
 		m.epoch++
 	}
-	m.acquiring = m.epoch
+	m.acquiring, m.passed = m.epoch, nil
 	m.state = StateAcquiring
 	m.deadline = time.Time{}
 	m.ready.Acquire = m.epoch

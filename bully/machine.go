@@ -42,8 +42,13 @@ type Machine struct {
 	failures  int
 	deadline  time.Time // the current state's timer; zero when none
 	acquiring uint64    // epoch of the lease round in flight
-	announce  time.Time // a leader's next COORDINATOR broadcast
-	heard     time.Time // when the followed leader last announced itself
+	// passed is the latest COORDINATOR of a lower leader that arrived
+	// while this node's lease round was in flight, which it did not yield
+	// to; if the round fails, the node follows that leader at once rather
+	// than at its next announcement (acquireFailed).
+	passed   *Message
+	announce time.Time // a leader's next COORDINATOR broadcast
+	heard    time.Time // when the followed leader last announced itself
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
 	// it adopts no lower term, so the terms it reports only grow.
@@ -312,7 +317,7 @@ func (m *Machine) Acquired(now time.Time, epoch uint64) {
 		m.ready.Release = epoch
 		return
 	}
-	m.acquiring = 0
+	m.acquiring, m.passed = 0, nil
 	m.failures, m.retryAt = 0, time.Time{}
 	m.state = StateLeader
 	m.leader, m.term = m.cfg.Self.Node, epoch
@@ -389,6 +394,24 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 		m.deadline = now.Add(m.cfg.ElectionTimeout/2 + m.jitter())
 	default:
 		m.deadline = m.retryAt
+	}
+	m.followPassed(now)
+}
+
+// followPassed handles, as if it arrived now, the COORDINATOR of a lower
+// leader that this node passed over while its own round was in flight:
+// the round failed, most often because the voters promised that leader,
+// and waiting for its next announcement left this node (the highest
+// candidate of a fleet that starts together, typically) the last to know
+// the leader, a whole AnnounceInterval after the others.
+func (m *Machine) followPassed(now time.Time) {
+	msg := m.passed
+	m.passed = nil
+	if msg == nil || !m.leader.IsZero() {
+		return
+	}
+	if reply := m.onCoordinator(now, *msg); reply != nil {
+		m.send(*reply)
 	}
 }
 
