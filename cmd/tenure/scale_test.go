@@ -129,7 +129,8 @@ func TestScale(t *testing.T) {
 	leader, ok := pl.waitAgree(t, start, *scaleWait, "")
 	if ok {
 		res.Agree, res.Epoch, res.Leader = leader.at.Sub(start).Seconds(), leader.epoch, leader.name
-		t.Logf("all %d agree on %s epoch %d after %.1fs", n, leader.name, leader.epoch, res.Agree)
+		t.Logf("all %d agree on %s epoch %d after %.1fs (by the end of a poll round of %.2fs)",
+			n, leader.name, leader.epoch, res.Agree, leader.took.Seconds())
 	}
 	pl.close()
 	res.StartCPU = cpuSeconds(agents)
@@ -324,7 +325,11 @@ func freePortRange(t *testing.T, count int) int {
 type agreement struct {
 	name  string
 	epoch uint64
-	at    time.Time
+	// at is when the poll round that found the agreement ended: the
+	// agents it asked first may have agreed a little earlier, the last
+	// asked no later.
+	at   time.Time
+	took time.Duration // how long that round took
 }
 
 // poller asks agents for their status over their sockets, one client each.
@@ -404,7 +409,7 @@ func (p *poller) waitAgree(t *testing.T, start time.Time, wait time.Duration, no
 		at := time.Now()
 		sts := p.round()
 		if name, epoch, ok := fleetview.Agreed(sts, not); ok {
-			return agreement{name: name, epoch: epoch, at: at}, true
+			return agreement{name: name, epoch: epoch, at: time.Now(), took: time.Since(at)}, true
 		}
 		if time.Since(last) > 10*time.Second {
 			last = time.Now()
