@@ -76,11 +76,13 @@ func TestOddVoterSet(t *testing.T) {
 	}
 }
 
-// TestRosterFetchSpreadsOverHolders: a node without a roster asks several
-// members that have one at once, and nodes with different IDs start from
-// different members, so a fleet that starts together does not ask the
-// same few (before, every node asked the members first in name order, the
-// voters, one a second).
+// TestRosterFetchSpreadsOverHolders: a node without a roster asks one
+// member that has it each interval, the next in turn, and nodes with
+// different IDs start from different members, so a fleet that starts
+// together does not ask the same few (before, every node asked the members
+// first in name order, the voters, one a second; then three at a time,
+// which made each voter of a 100-agent start answer 45 fetches, each on a
+// new peer connection).
 func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
 	s.voters = 3
@@ -122,18 +124,18 @@ func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 		n.c.out = nil
 		return out
 	}
-	first := asked("n9", 9, 2)
+	first := asked("n9", 9, 6)
 	all := map[string]bool{}
 	for _, round := range first {
-		if len(round) != rosterFetchFanout || len(slices.Compact(slices.Sorted(slices.Values(round)))) != rosterFetchFanout {
-			t.Fatalf("n9 asked %v in one round, want %d different members", round, rosterFetchFanout)
+		if len(round) != rosterFetchFanout {
+			t.Fatalf("n9 asked %v in one round, want %d", round, rosterFetchFanout)
 		}
 		for _, name := range round {
 			all[name] = true
 		}
 	}
 	if len(all) != 6 {
-		t.Errorf("n9's first two rounds asked %v, want all six holders", first)
+		t.Errorf("n9's first six rounds asked %v, want all six holders", first)
 	}
 	if other := asked("n10", 10, 1); slices.Equal(other[0], first[0]) {
 		t.Errorf("n9 and n10 both asked %v first", other[0])
