@@ -49,7 +49,7 @@ func (m *Membership) joinLoop(ctx context.Context, addrs []string) {
 		}
 		if err == nil {
 			m.logger.Info("gossip: joined the cluster", "addrs", list, "exchanged", r.exchanged,
-				"already_members", r.listed, "attempt", attempt)
+				"already_members", r.listed, "second_view", r.second, "attempt", attempt)
 			return
 		}
 		m.logger.Warn("gossip: join failed; will retry", "addrs", list, "attempt", attempt, "retry_in", delay, "err", err)

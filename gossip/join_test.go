@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,14 +10,16 @@ import (
 
 // TestJoinExchangesWithOneSeedOfACluster: seeds that already form one
 // cluster are contacted once per join, whichever comes first in the random
-// order; the others are found listed. Every joiner still learns every
-// member.
+// order; the others are found listed. The joiner then takes a second view
+// from a member that is not a seed, when there is one. Every joiner still
+// learns every member.
 func TestJoinExchangesWithOneSeedOfACluster(t *testing.T) {
 	seeds := startCluster(t, 3, nil)
 	for _, s := range seeds {
 		waitStatus(t, 5*time.Second, s, seeds, StatusAlive)
 	}
 	addrs := []string{seeds[0].LocalMember().Addr, seeds[1].LocalMember().Addr, seeds[2].LocalMember().Addr}
+	all := slices.Clone(seeds)
 	for i := range 4 {
 		j := startNode(t, testConfig(t, 10+i))
 		r, err := j.join(addrs)
@@ -26,9 +29,17 @@ func TestJoinExchangesWithOneSeedOfACluster(t *testing.T) {
 		if r.exchanged != 1 || r.listed != 2 {
 			t.Fatalf("joiner %d: exchanged state with %d seeds and found %d listed; want 1 and 2", i, r.exchanged, r.listed)
 		}
-		waitStatus(t, 5*time.Second, j, seeds, StatusAlive)
-		for _, s := range seeds {
-			waitStatus(t, 5*time.Second, s, []*node{j}, StatusAlive)
+		// The joiners before it are members that are not seeds.
+		others := all[len(seeds):]
+		if len(others) == 0 && r.second != "" {
+			t.Fatalf("joiner %d: second view from %q, want none (every other member is a seed)", i, r.second)
+		}
+		if len(others) > 0 && !slices.ContainsFunc(others, func(n *node) bool { return n.cfg.Name == r.second }) {
+			t.Fatalf("joiner %d: second view from %q, want one of the earlier joiners", i, r.second)
+		}
+		all = append(all, j)
+		for _, n := range all {
+			waitStatus(t, 5*time.Second, n, all, StatusAlive)
 		}
 	}
 }
@@ -44,8 +55,8 @@ func TestJoinMergesSeparateClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.exchanged != 2 || r.listed != 0 {
-		t.Fatalf("exchanged state with %d seeds, %d listed; want 2 and 0", r.exchanged, r.listed)
+	if r.exchanged != 2 || r.listed != 0 || r.second != "" {
+		t.Fatalf("exchanged state with %d seeds, %d listed, second view from %q; want 2, 0 and none", r.exchanged, r.listed, r.second)
 	}
 	all := []*node{a, b, c}
 	waitStatus(t, 5*time.Second, a, all, StatusAlive)

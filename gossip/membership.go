@@ -277,6 +277,9 @@ func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 type joinResult struct {
 	exchanged int // addresses it pushed and pulled state with
 	listed    int // addresses it skipped: live members of its cluster already
+	// second names the member, not one of the addresses, that it also
+	// exchanged state with; "" if none.
+	second string
 }
 
 // join contacts addrs in a random order, skipping each address that is by
@@ -289,6 +292,9 @@ type joinResult struct {
 // fleet that starts together names the same few seeds; contacting each in
 // turn made every seed serve every joiner, and in a random order, one
 // each, they share the joins.
+//
+// After an exchange with a seed, join exchanges state with one more live
+// member, picked at random among those that are not seeds (secondView).
 func (m *Membership) join(addrs []string) (joinResult, error) {
 	var r joinResult
 	var errs []error
@@ -315,13 +321,71 @@ func (m *Membership) join(addrs []string) (joinResult, error) {
 	if r.exchanged+r.listed == 0 {
 		return r, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), errors.Join(errs...))
 	}
+	if r.exchanged > 0 {
+		r.second = m.secondView(addrs)
+	}
 	return r, nil
+}
+
+// secondView exchanges state with one live member picked at random among
+// those that are neither this node nor at one of the seed addresses, and
+// returns its name ("" when there is none, or the exchange failed). What a
+// joiner knows at first is its seed's view, and a member whose join the
+// seed missed (on a loaded host gossip packets are dropped, and a join is
+// retransmitted only so many times) stays unknown to the joiner until the
+// periodic exchange, more than a minute later in a hundred members. A
+// leader announces itself only to the members it lists: in one start of a
+// hundred agents the leader's view lacked three members, which learned of
+// it 13 s after the others. A second view, from a member rather than a
+// seed, leaves the seeds one exchange per joiner. It goes through
+// memberlist alone: serf's join would announce this node's join again.
+func (m *Membership) secondView(seeds []string) string {
+	self := m.serf.LocalMember().Name
+	var pick []serf.Member
+	for _, s := range m.serf.Members() {
+		if s.Status != serf.StatusAlive || s.Name == self {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(s.Addr)
+		if !ok {
+			continue
+		}
+		at := netip.AddrPortFrom(a.Unmap(), s.Port)
+		if !slices.ContainsFunc(seeds, func(addr string) bool { return m.sameAddr(addr, at) }) {
+			pick = append(pick, s)
+		}
+	}
+	if len(pick) == 0 {
+		return ""
+	}
+	s := pick[rand.IntN(len(pick))]
+	addr := net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port)))
+	if _, err := m.serf.Memberlist().Join([]string{addr}); err != nil {
+		m.logger.Debug("gossip: second exchange of state after the join failed", "member", s.Name, "err", err)
+		return ""
+	}
+	return s.Name
 }
 
 // listedAlive reports whether addr ("ip" or "ip:port") is the gossip
 // address of a member serf lists alive, this node included. A host name is
 // never listed: it may stand for other addresses.
 func (m *Membership) listedAlive(addr string) bool {
+	for _, s := range m.serf.Members() {
+		if s.Status != serf.StatusAlive {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(s.Addr); ok && m.sameAddr(addr, netip.AddrPortFrom(a.Unmap(), s.Port)) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameAddr reports whether addr ("ip" or "ip:port"; the port defaults to
+// this node's gossip port) is at. A host name is never the same: it may
+// stand for other addresses.
+func (m *Membership) sameAddr(addr string, at netip.AddrPort) bool {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		host, port = addr, strconv.Itoa(int(m.serf.LocalMember().Port))
@@ -331,19 +395,7 @@ func (m *Membership) listedAlive(addr string) bool {
 		return false
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return false
-	}
-	want := netip.AddrPortFrom(ip.Unmap(), uint16(p))
-	for _, s := range m.serf.Members() {
-		if s.Status != serf.StatusAlive {
-			continue
-		}
-		if a, ok := netip.AddrFromSlice(s.Addr); ok && netip.AddrPortFrom(a.Unmap(), s.Port) == want {
-			return true
-		}
-	}
-	return false
+	return err == nil && netip.AddrPortFrom(ip.Unmap(), uint16(p)) == at
 }
 
 // track registers a goroutine that Shutdown must wait for, unless Shutdown
