@@ -54,8 +54,8 @@ func (c *core) maybeFetchRoster(now time.Time) {
 // fleet that starts together the first members to have the roster are
 // the voters, the members every election waits for; asking three at once
 // made each of five voters answer about 45 fetches while 100 agents
-// started, each on a new peer connection (a TLS handshake, a third of a
-// voter's CPU then), and the fleet agreed no sooner.
+// started, each on a new peer connection (TLS handshakes were the voters'
+// largest cost then), and the fleet agreed no sooner for it.
 const rosterFetchFanout = 1
 
 // adoptRoster stores a roster learned from a peer: when this node has none,

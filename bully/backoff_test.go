@@ -155,6 +155,17 @@ func TestFailedRoundFollowsPassedLeader(t *testing.T) {
 		t.Fatal("the higher node did not claim leadership from the leader it follows")
 	}
 
+	// Nor when that leader resigned while the round was in flight.
+	m, cfg, now = newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
+	m.SetMembers(now, []Member{cfg.Self, n5})
+	epoch, _ = nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
+	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	m.Step(now, Message{Type: MsgResign, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	m.AcquireFailed(now, epoch, epoch, time.Second)
+	if st := m.Status(); !st.Leader.IsZero() {
+		t.Fatalf("after the round failed: following %v, which resigned during the round; want no leader", st.Leader)
+	}
+
 	// A COORDINATOR passed over in one round is not followed when a later
 	// round fails: it may be long stale.
 	m, cfg, now = newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })

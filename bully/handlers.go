@@ -156,6 +156,9 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 	if m.leader == msg.From && msg.Term >= m.term {
 		m.forgetLeader(now)
 	}
+	if m.passed != nil && m.passed.From == msg.From && msg.Term >= m.passed.Term {
+		m.passed = nil // its term ended: not one to follow when this round fails
+	}
 	if handed && m.isSelf(msg.Successor) {
 		m.ho.takeUntil, m.ho.natural = now.Add(m.cfg.transferWindow()), msg.Natural
 		m.takeOver(now)

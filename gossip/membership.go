@@ -383,8 +383,8 @@ func (m *Membership) listedAlive(addr string) bool {
 }
 
 // sameAddr reports whether addr ("ip" or "ip:port"; the port defaults to
-// this node's gossip port) is at. A host name is never the same: it may
-// stand for other addresses.
+// this node's gossip port) names the address at. A host name never does:
+// it may stand for other addresses.
 func (m *Membership) sameAddr(addr string, at netip.AddrPort) bool {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

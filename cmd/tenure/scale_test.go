@@ -326,8 +326,7 @@ type agreement struct {
 	name  string
 	epoch uint64
 	// at is when the poll round that found the agreement ended: the
-	// agents it asked first may have agreed a little earlier, the last
-	// asked no later.
+	// fleet may have agreed a little earlier, but not later.
 	at   time.Time
 	took time.Duration // how long that round took
 }
