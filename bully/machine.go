@@ -42,10 +42,11 @@ type Machine struct {
 	failures  int
 	deadline  time.Time // the current state's timer; zero when none
 	acquiring uint64    // epoch of the lease round in flight
-	// passed is the latest COORDINATOR of a lower leader that arrived
-	// while this node's lease round was in flight, which it did not yield
-	// to; if the round fails, the node follows that leader at once rather
-	// than at its next announcement (acquireFailed).
+	// passed is the latest COORDINATOR that arrived while this node's
+	// lease round was in flight and that it did not yield to (a lower
+	// leader's, or without Preempt one of no later term); if the round
+	// fails, the node follows that leader at once rather than at its next
+	// announcement (acquireFailed).
 	passed   *Message
 	announce time.Time // a leader's next COORDINATOR broadcast
 	heard    time.Time // when the followed leader last announced itself
@@ -398,8 +399,8 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	m.followPassed(now)
 }
 
-// followPassed handles, as if it arrived now, the COORDINATOR of a lower
-// leader that this node passed over while its own round was in flight:
+// followPassed handles, as if it arrived now, the COORDINATOR of a leader
+// that this node passed over while its own round was in flight:
 // the round failed, most often because the voters promised that leader,
 // and waiting for its next announcement left this node (the highest
 // candidate of a fleet that starts together, typically) the last to know
