@@ -340,18 +340,17 @@ func (m *Membership) join(addrs []string) (joinResult, error) {
 // seed, leaves the seeds one exchange per joiner. It goes through
 // memberlist alone: serf's join would announce this node's join again.
 func (m *Membership) secondView(seeds []string) string {
+	isSeed := map[netip.AddrPort]bool{}
+	for _, addr := range seeds {
+		if at, ok := m.seedAddr(addr); ok {
+			isSeed[at] = true
+		}
+	}
 	self := m.serf.LocalMember().Name
 	var pick []serf.Member
 	for _, s := range m.serf.Members() {
-		if s.Status != serf.StatusAlive || s.Name == self {
-			continue
-		}
-		a, ok := netip.AddrFromSlice(s.Addr)
-		if !ok {
-			continue
-		}
-		at := netip.AddrPortFrom(a.Unmap(), s.Port)
-		if !slices.ContainsFunc(seeds, func(addr string) bool { return m.sameAddr(addr, at) }) {
+		at, ok := memberAddr(s)
+		if ok && s.Status == serf.StatusAlive && s.Name != self && !isSeed[at] {
 			pick = append(pick, s)
 		}
 	}
@@ -371,31 +370,40 @@ func (m *Membership) secondView(seeds []string) string {
 // address of a member serf lists alive, this node included. A host name is
 // never listed: it may stand for other addresses.
 func (m *Membership) listedAlive(addr string) bool {
+	want, ok := m.seedAddr(addr)
+	if !ok {
+		return false
+	}
 	for _, s := range m.serf.Members() {
-		if s.Status != serf.StatusAlive {
-			continue
-		}
-		if a, ok := netip.AddrFromSlice(s.Addr); ok && m.sameAddr(addr, netip.AddrPortFrom(a.Unmap(), s.Port)) {
+		if at, ok := memberAddr(s); ok && s.Status == serf.StatusAlive && at == want {
 			return true
 		}
 	}
 	return false
 }
 
-// sameAddr reports whether addr ("ip" or "ip:port"; the port defaults to
-// this node's gossip port) names the address at. A host name never does:
-// it may stand for other addresses.
-func (m *Membership) sameAddr(addr string, at netip.AddrPort) bool {
-	host, port, err := net.SplitHostPort(addr)
+// seedAddr parses a --join address given as an IP address, "ip" or
+// "ip:port" (the port defaults to this node's gossip port); a host name is
+// not parsed (ok is false).
+func (m *Membership) seedAddr(addr string) (netip.AddrPort, bool) {
+	host, port, err := splitAdvertiseAddr(addr)
 	if err != nil {
-		host, port = addr, strconv.Itoa(int(m.serf.LocalMember().Port))
+		return netip.AddrPort{}, false
 	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
-		return false
+		return netip.AddrPort{}, false
 	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	return err == nil && netip.AddrPortFrom(ip.Unmap(), uint16(p)) == at
+	if port == 0 {
+		port = int(m.serf.LocalMember().Port)
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
+}
+
+// memberAddr is the gossip address of member s.
+func memberAddr(s serf.Member) (netip.AddrPort, bool) {
+	ip, ok := netip.AddrFromSlice(s.Addr)
+	return netip.AddrPortFrom(ip.Unmap(), s.Port), ok
 }
 
 // track registers a goroutine that Shutdown must wait for, unless Shutdown
