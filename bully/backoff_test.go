@@ -133,12 +133,18 @@ func TestLeaderWhoseNewTermFailsCampaigns(t *testing.T) {
 // fleet that started together was often the last to learn the leader,
 // a whole AnnounceInterval after the others.
 func TestFailedRoundFollowsPassedLeader(t *testing.T) {
-	m, cfg, now := newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
 	n5 := Member{Node: Node{ID: 5, Name: "n5"}, Eligible: true}
-	m.SetMembers(now, []Member{cfg.Self, n5})
-	m.Ready()
-	epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
-	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	// passedOver starts n9's round and has n5 announce its term meanwhile.
+	passedOver := func() (*Machine, time.Time, uint64) {
+		m, cfg, now := newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
+		m.SetMembers(now, []Member{cfg.Self, n5})
+		m.Ready()
+		epoch, _ := nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
+		m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+		return m, now, epoch
+	}
+
+	m, now, epoch := passedOver()
 	if st := m.Status(); st.State != StateAcquiring || !st.Leader.IsZero() {
 		t.Fatalf("during its round: %v following %v, want acquiring with no leader", st.State, st.Leader)
 	}
@@ -156,11 +162,8 @@ func TestFailedRoundFollowsPassedLeader(t *testing.T) {
 	}
 
 	// Nor when that leader resigned while the round was in flight.
-	m, cfg, now = newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
-	m.SetMembers(now, []Member{cfg.Self, n5})
-	epoch, _ = nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
-	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
-	m.Step(now, Message{Type: MsgResign, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	m, now, epoch = passedOver()
+	m.Step(now, Message{Type: MsgResign, From: n5.Node, To: m.cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
 	m.AcquireFailed(now, epoch, epoch, time.Second)
 	if st := m.Status(); !st.Leader.IsZero() {
 		t.Fatalf("after the round failed: following %v, which resigned during the round; want no leader", st.Leader)
@@ -168,10 +171,7 @@ func TestFailedRoundFollowsPassedLeader(t *testing.T) {
 
 	// A COORDINATOR passed over in one round is not followed when a later
 	// round fails: it may be long stale.
-	m, cfg, now = newMachine(t, 9, "n9", func(c *Config) { c.Rand = rand.New(rand.NewPCG(5, 6)) })
-	m.SetMembers(now, []Member{cfg.Self, n5})
-	epoch, _ = nextRound(t, m, &now, cfg.StartupDelay+time.Minute)
-	m.Step(now, Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: epoch, Epoch: epoch})
+	m, now, epoch = passedOver()
 	m.Acquired(now, epoch)
 	m.LeaseLost(now, epoch)
 	m.Ready()
