@@ -151,42 +151,45 @@ func contextSwitches(pid int) uint64 {
 // since they started.
 func cpuSeconds(agents []*scaleAgent) float64 {
 	var sum float64
-	n := 0
+	used := cpuUsed(agents)
+	for _, u := range used {
+		sum += u.secs
+	}
+	return sum / float64(max(len(used), 1))
+}
+
+// agentCPU is the CPU time, in seconds, one agent has used since it
+// started.
+type agentCPU struct {
+	name string
+	secs float64
+}
+
+// cpuUsed is the CPU time of each live agent whose /proc entry reads.
+func cpuUsed(agents []*scaleAgent) []agentCPU {
+	var out []agentCPU
 	for _, a := range agents {
 		if a.dead {
 			continue
 		}
 		if ticks, err := cpuTicks(a.cmd.Process.Pid); err == nil {
-			sum += float64(ticks) / clockTicks
-			n++
+			out = append(out, agentCPU{a.name, float64(ticks) / clockTicks})
 		}
 	}
-	return sum / float64(max(n, 1))
+	return out
 }
 
 // busiest names the k live agents that have used the most CPU since they
 // started, with their CPU seconds, busiest first.
 func busiest(agents []*scaleAgent, k int) string {
-	type used struct {
-		name string
-		s    float64
-	}
-	var all []used
-	for _, a := range agents {
-		if a.dead {
-			continue
-		}
-		if ticks, err := cpuTicks(a.cmd.Process.Pid); err == nil {
-			all = append(all, used{a.name, float64(ticks) / clockTicks})
-		}
-	}
-	slices.SortFunc(all, func(x, y used) int { return cmp.Compare(y.s, x.s) })
+	all := cpuUsed(agents)
+	slices.SortFunc(all, func(x, y agentCPU) int { return cmp.Compare(y.secs, x.secs) })
 	var b strings.Builder
 	for i, u := range all[:min(k, len(all))] {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %.2f s", u.name, u.s)
+		fmt.Fprintf(&b, "%s %.2f s", u.name, u.secs)
 	}
 	return b.String()
 }
