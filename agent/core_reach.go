@@ -16,11 +16,15 @@ import (
 // only a node with fresh proof of a majority claims leadership from a lower
 // leader (bully.Machine.SetReach).
 type reach struct {
-	next    time.Time       // the next probe
-	sent    time.Time       // the probe in flight went out at; zero when none
-	replied map[string]bool // voters that answered the probe in flight
-	cutOff  bool            // the last probe reached too few voters
-	proven  time.Time       // when a probe last reached a majority
+	next time.Time // the next probe
+	sent time.Time // the probe in flight went out at; zero when none
+	// replied: voters that answered the last probe, in flight or not.
+	// Answers that come after the probe's budget still count: on a loaded
+	// host voters answer late, and a node that waited for its next probe
+	// (an announce interval later) stayed cut off for that long.
+	replied map[string]bool
+	cutOff  bool      // the last probe reached too few voters, and no late answers made up for it
+	proven  time.Time // when a probe last reached a majority
 }
 
 // probeReach starts a probe when one is due and concludes the one in
@@ -28,8 +32,11 @@ type reach struct {
 // A probe is a FloorQuery to every other voter; any answer counts.
 func (c *core) probeReach(now time.Time) {
 	rc := &c.reach
-	if !rc.sent.IsZero() && (!now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) || c.probeReached()) {
+	switch {
+	case !rc.sent.IsZero() && (!now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) || c.probeReached()):
 		c.concludeProbe(now)
+	case rc.sent.IsZero() && rc.cutOff && c.probeReached():
+		c.concludeProbe(now) // late answers made a majority
 	}
 	if rc.sent.IsZero() && !now.Before(rc.next) && c.wantsProbe(now) {
 		c.startProbe(now)
@@ -118,9 +125,10 @@ func (c *core) concludeProbe(now time.Time) {
 // voters.
 const unreachablePrefix = "no quorum: cannot reach a majority of the voters"
 
-// noteReply records a probe answer from n.
+// noteReply records a probe answer from n, also one that comes after the
+// probe concluded.
 func (c *core) noteReply(n bully.Node) {
-	if !c.reach.sent.IsZero() {
+	if c.reach.replied != nil {
 		c.reach.replied[n.Name] = true
 	}
 }

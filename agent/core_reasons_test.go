@@ -34,6 +34,7 @@ type peerPlay struct {
 	err    error          // every message to it fails with err
 	silent bool           // never answers, and no error is seen
 	hold   bool           // its lease replies wait until release
+	slow   bool           // its floor replies (reach probe answers) wait until release
 }
 
 var rigSelf = bully.Node{ID: 9, Name: "n9"}
@@ -98,7 +99,7 @@ func (r *rig) answer(m outMsg) {
 		return
 	case p.silent:
 		return
-	case p.hold && m.env.Lease != nil:
+	case p.hold && m.env.Lease != nil, p.slow && m.env.FloorQuery:
 		r.held = append(r.held, m)
 		return
 	}
@@ -123,7 +124,7 @@ func (r *rig) reply(m outMsg, p peerPlay) *envelope {
 	return nil
 }
 
-// release answers the held lease requests.
+// release answers the held lease requests and floor queries.
 func (r *rig) release() {
 	held := r.held
 	r.held = nil
@@ -167,6 +168,36 @@ func TestCutOffNodeNamesUnreachableVoters(t *testing.T) {
 	}
 	if logs := r.logs.String(); !containsAll(logs, "peer messages to a member are delivered again", "member=n2") {
 		t.Errorf("the repair of n2 is not logged:\n%s", logs)
+	}
+}
+
+// TestLateProbeAnswersEndCutOff: answers to a reach probe that arrive
+// after its budget ran out still count. On a loaded host voters answer
+// late; a node that ignored those answers stayed cut off, neither
+// campaigning nor answering ELECTIONs, until its next probe an announce
+// interval later.
+func TestLateProbeAnswersEndCutOff(t *testing.T) {
+	r := newRig(t, 3)
+	r.peers["n2"] = peerPlay{grant: true, slow: true}
+	r.peers["n3"] = peerPlay{grant: true, slow: true}
+	st := r.runUntil(3*time.Second, func(st snapshot) bool { return st.state == "no-quorum" })
+	if !strings.HasPrefix(st.reason, unreachablePrefix) {
+		t.Fatalf("state %q, reason %q; want cut off while n2 and n3 have not answered", st.state, st.reason)
+	}
+	next := r.c.reach.next
+	r.run(50 * time.Millisecond)
+	if len(r.held) != 2 || !r.now.Before(next) {
+		t.Fatalf("%d floor queries held at %v, next probe at %v: want n2's and n3's, before the next probe", len(r.held), r.now, next)
+	}
+	r.peers["n2"] = peerPlay{grant: true}
+	r.peers["n3"] = peerPlay{grant: true}
+	r.release()
+	r.run(10 * time.Millisecond)
+	if st := r.status(); r.c.reach.cutOff || strings.HasPrefix(st.reason, unreachablePrefix) {
+		t.Fatalf("still cut off after n2 and n3 answered (reason %q); the next probe is due in %v", st.reason, next.Sub(r.now))
+	}
+	if _, err := r.c.leaderAfter(r, 3*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
