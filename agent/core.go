@@ -298,9 +298,17 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.RosterFetch:
 		if r := c.roster(); !r.IsZero() {
 			reply = &envelope{Roster: &r}
+			if st := c.m.Status(); !st.Leader.IsZero() {
+				reply.Follows = &followed{Leader: st.Leader, Term: st.Term}
+			}
 		}
 	case env.Roster != nil:
 		c.adoptRoster(now, *env.Roster)
+		if f := env.Follows; f != nil && c.roster().ClusterID == env.Roster.ClusterID {
+			// A node that fetches the roster has just joined: it learns
+			// the leader now, not once the leader has heard of the join.
+			c.m.Relayed(now, f.Leader, f.Term)
+		}
 	case env.RosterUpdate != nil:
 		ack := c.onRosterUpdate(now, *env.RosterUpdate)
 		reply = &envelope{RosterAck: &ack}

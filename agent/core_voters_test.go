@@ -141,3 +141,32 @@ func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 		t.Errorf("n9 and n10 both asked %v first", other[0])
 	}
 }
+
+// TestJoinerLearnsLeaderWithRoster: a node that joins a fleet with a
+// leader learns of it from the roster it fetches (the member that answers
+// relays the leader it follows), not only from the leader's COORDINATOR,
+// which on a loaded host comes seconds after the join: here it never
+// comes, as the leader's peer messages to the newcomer are cut.
+func TestJoinerLearnsLeaderWithRoster(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.voters = 3
+	s.addNodes(6)
+	s.waitLeader(10*time.Second, "n6")
+	st := s.nodes["n6"].c.m.Status()
+	n := s.newNode("n7", 7)
+	s.nodes["n7"] = n
+	s.order = append(s.order, "n7")
+	s.cutPeers("n6", "n7", true)
+	s.startCore("n7", 0)
+	s.syncViews()
+	begin := s.now
+	for n.c.m.Status().Leader != st.Leader {
+		if s.now.Sub(begin) > 3*time.Second {
+			t.Fatalf("n7 does not follow %s after %v (roster %v)\n%s", st.Leader.Name, s.now.Sub(begin), n.c.roster(), s.dump())
+		}
+		s.tick()
+	}
+	if got := n.c.m.Status().Term; got != st.Term {
+		t.Errorf("n7 follows %s in term %d, want %d", st.Leader.Name, got, st.Term)
+	}
+}

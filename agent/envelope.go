@@ -19,9 +19,11 @@ type envelope struct {
 	Bully      *bully.Message   `msgpack:"bully,omitempty"`
 	Lease      *leasing.Request `msgpack:"lease,omitempty"`
 	LeaseReply *leasing.Reply   `msgpack:"lease_reply,omitempty"`
-	// RosterFetch asks for the receiver's roster; Roster carries one.
+	// RosterFetch asks for the receiver's roster; Roster carries one, and
+	// Follows the leader the sender follows, if it knows one.
 	RosterFetch bool            `msgpack:"roster_fetch,omitempty"`
 	Roster      *leasing.Roster `msgpack:"roster,omitempty"`
+	Follows     *followed       `msgpack:"follows,omitempty"`
 	// RosterUpdate is a leader's roster change step; RosterAck the answer.
 	RosterUpdate *rosterUpdate `msgpack:"roster_update,omitempty"`
 	RosterAck    *rosterAck    `msgpack:"roster_ack,omitempty"`
@@ -55,6 +57,13 @@ type envelope struct {
 type namedListReply struct {
 	leaderReply
 	Names []named.Info `msgpack:"names"`
+}
+
+// followed is the leader a member follows and its term, relayed with the
+// roster to a node that fetches it (bully.Machine.Relayed).
+type followed struct {
+	Leader bully.Node `msgpack:"leader"`
+	Term   uint64     `msgpack:"term"`
 }
 
 // rosterUpdate carries a roster change step from the leader of term Term.
@@ -109,6 +118,9 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	}
 	if m := env.Bully; m != nil && (m.Type < bully.MsgElection || m.Type > bully.MsgInfo || m.From.Name == "") {
 		return env, fmt.Errorf("agent: malformed election message %v", *m)
+	}
+	if f := env.Follows; f != nil && (f.Leader.Name == "" || f.Term == 0) {
+		return env, fmt.Errorf("agent: malformed relayed leader %+v", *f)
 	}
 	if r := env.Lease; r != nil && (r.Kind < leasing.Acquire || r.Kind > leasing.Release || r.Candidate.Name == "") {
 		return env, fmt.Errorf("agent: malformed lease request %+v", *r)

@@ -17,6 +17,8 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		{Lease: &leasing.Request{Kind: leasing.Acquire, Candidate: leasing.Node{ID: 1, Name: "a"}, Epoch: 3}},
 		{LeaseReply: &leasing.Reply{Voter: leasing.Node{ID: 2, Name: "b"}, Granted: true}},
 		{RosterFetch: true},
+		{Roster: &leasing.Roster{ClusterID: "k", Version: 1, Voters: []leasing.Node{{ID: 2, Name: "b"}}},
+			Follows: &followed{Leader: bully.Node{ID: 3, Name: "c"}, Term: 5}},
 		{ForceLeave: "c"},
 		{Transfer: "c"},
 		{TransferReply: &transferReply{Code: "not_found", Error: "agent: transfer: no such live member"}},
@@ -41,6 +43,9 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 		if r := env.Lease; r != nil && (r.Candidate.Name == "" || r.Kind < leasing.Acquire || r.Kind > leasing.Release) {
 			t.Fatalf("accepted a malformed lease request %+v", *r)
+		}
+		if f := env.Follows; f != nil && (f.Leader.Name == "" || f.Term == 0) {
+			t.Fatalf("accepted a malformed relayed leader %+v", *f)
 		}
 	})
 }

@@ -279,6 +279,25 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 	return nil
 }
 
+// Relayed tells the Machine that another member follows leader in term:
+// second-hand news of a COORDINATOR, such as the roster a node that just
+// joined fetches carries. A follower that knows no leader and has followed
+// no later term follows it, if gossip lists it live; otherwise the news is
+// dropped and the leader's own COORDINATOR settles it. A node that joins a
+// fleet with a leader otherwise learns of it only once gossip has told the
+// leader of the join and the leader's COORDINATOR has reached it: on a
+// loaded host, seconds after the join.
+func (m *Machine) Relayed(now time.Time, leader Node, term uint64) {
+	if leader.IsZero() || m.isSelf(leader) || m.jumps(leader, term) {
+		return
+	}
+	m.observe(term)
+	if m.state != StateFollower || !m.leader.IsZero() || term <= m.lastTerm || !m.isLive(leader) {
+		return
+	}
+	m.follow(now, leader, term)
+}
+
 // jumps reports (and records, for Ready) an epoch e from n that is more
 // than MaxEpochJump above the highest this node has seen.
 func (m *Machine) jumps(n Node, e uint64) bool {

@@ -519,3 +519,44 @@ func TestLeaderAheadOfGossipIsFollowed(t *testing.T) {
 	m.Tick(now.Add(cfg.CoordinatorTimeout))
 	leads("never listed, at the timeout", Node{})
 }
+
+// TestRelayedLeaderIsFollowed: a node that knows no leader follows the one
+// another member reports following (Relayed), if gossip lists it live and
+// its term is later than any followed; a relayed term no later, a leader
+// not live, or a node that already follows a leader changes nothing.
+func TestRelayedLeaderIsFollowed(t *testing.T) {
+	n5, n9 := Node{ID: 5, Name: "n5"}, Node{ID: 9, Name: "n9"}
+	fresh := func() (*Machine, time.Time) {
+		m, cfg, now := newMachine(t, 2, "n2")
+		m.SetMembers(now, []Member{cfg.Self, {Node: n5, Eligible: true}, {Node: n9, Eligible: true}})
+		return m, now
+	}
+	leads := func(m *Machine, what string, want Node, term uint64) {
+		t.Helper()
+		if st := m.Status(); st.Leader != want || st.Term != term {
+			t.Fatalf("%s: leader %v term %d, want %v term %d", what, st.Leader, st.Term, want, term)
+		}
+	}
+
+	m, now := fresh()
+	m.Relayed(now, n9, 4)
+	leads(m, "relayed to a fresh node", n9, 4)
+	if d := m.Deadline(); !d.IsZero() {
+		t.Errorf("a campaign is still due at %v after following the relayed leader", d)
+	}
+	m.Relayed(now, n5, 7)
+	leads(m, "a later term relayed while following", n9, 4)
+
+	m, now = fresh()
+	m.Relayed(now, Node{ID: 7, Name: "n7"}, 4)
+	leads(m, "a leader gossip does not list", Node{}, 0)
+
+	m, now = fresh()
+	m.Step(now, Message{Type: MsgCoordinator, From: n9, To: Node{ID: 2, Name: "n2"}, Leader: n9, Term: 4})
+	m.SetMembers(now, []Member{{Node: Node{ID: 2, Name: "n2"}, Eligible: true}, {Node: n5, Eligible: true}})
+	leads(m, "its leader left gossip", Node{}, 0)
+	m.Relayed(now, n5, 4)
+	leads(m, "a term no later than the one followed", Node{}, 0)
+	m.Relayed(now, n5, 5)
+	leads(m, "a later term", n5, 5)
+}
