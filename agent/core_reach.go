@@ -72,14 +72,21 @@ func (c *core) wantsProbe(now time.Time) bool {
 
 // campaignNear: the election machine campaigns (other than waiting for the
 // COORDINATOR of a higher node that answered it), or its campaign timer
-// ends within one probe interval and a probe budget, so a probe started
-// now concludes before it.
+// ends within a probe budget and a rank delay, so a probe started now
+// concludes before it. The window once was a whole probe interval wider,
+// so that the periodic probe surely fell in it; but in a fleet that
+// starts in name order each new node is, for its first seconds, the
+// highest it knows, and nearly every node probed every voter once while
+// it started: each of five voters answered about 110 probes, most on new
+// TLS connections, while 100 agents started. A node's first probe is due
+// when its window opens (reach.next is zero), and by then the nodes that
+// started after it are most often listed and have put its campaign off.
 func (c *core) campaignNear(now time.Time, st bully.Status) bool {
 	if st.State != bully.StateFollower && st.State != bully.StateWaiting {
 		return true
 	}
 	d := c.m.Deadline()
-	return d.IsZero() || !d.After(now.Add(c.cfg.Election.AnnounceInterval+c.cfg.Lease.AcquireBudget))
+	return d.IsZero() || !d.After(now.Add(c.cfg.Lease.AcquireBudget+c.cfg.Election.RankDelay))
 }
 
 func (c *core) startProbe(now time.Time) {

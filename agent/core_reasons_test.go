@@ -201,6 +201,32 @@ func TestLateProbeAnswersEndCutOff(t *testing.T) {
 	}
 }
 
+// TestProbeWaitsForItsTurn: a node probes the voters only when its
+// campaign is a probe budget and a rank delay away, not as soon as it
+// starts: in a fleet that starts in name order each new node is the
+// highest it knows for a while, and nodes that probed as they started
+// made every voter answer a probe from nearly every node.
+func TestProbeWaitsForItsTurn(t *testing.T) {
+	r := newRig(t, 3)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		r.peers[n] = peerPlay{grant: true, slow: true}
+	}
+	campaign := r.c.m.Deadline()
+	window := r.c.cfg.Lease.AcquireBudget + r.c.cfg.Election.RankDelay
+	if campaign.Sub(r.now) <= window+20*time.Millisecond {
+		t.Fatalf("the first campaign is due in %v: the test needs it further off than %v", campaign.Sub(r.now), window)
+	}
+	for r.now.Before(campaign) && len(r.held) == 0 {
+		r.run(10 * time.Millisecond)
+	}
+	if len(r.held) == 0 {
+		t.Fatalf("no probe before the campaign at %v", campaign)
+	}
+	if early := campaign.Sub(r.now); early > window {
+		t.Fatalf("probed %v before the campaign, want at most %v", early, window)
+	}
+}
+
 // errTimeout is a net.Error that timed out.
 type errTimeout struct{}
 
