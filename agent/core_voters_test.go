@@ -110,7 +110,7 @@ func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 		s.syncViews()
 		var out [][]string
 		for r := range rounds {
-			at := s.local(n, s.now.Add(time.Duration(r)*rosterFetchInterval))
+			at := s.local(n, s.now).Add(time.Duration(r) * rosterFetchInterval) // the core counts its intervals on its own clock
 			n.c.out = nil
 			n.c.maybeFetchRoster(at)
 			var to []string
