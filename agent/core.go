@@ -124,6 +124,7 @@ type memberView struct {
 	Voter         bool
 	Cluster       string // the cluster ID it advertises, "" before it has a roster
 	RosterVersion uint64 // the roster version it advertises
+	Seated        bool   // it is a voter of the roster it advertises
 	Expect        int    // the --expect it was started with (0: none)
 	Zone          string // its failure domain (--zone)
 	Left          bool   // it left gracefully (not live)

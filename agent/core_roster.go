@@ -22,7 +22,7 @@ const rosterFetchInterval = time.Second
 // not ask the same few: when every node started from the first in name
 // order, 95 observers asked the five voters, the busiest members then, one
 // after the other, and the highest node learned the roster 2.3 s after it
-// joined.
+// joined. It asks the members that are not voters of their roster first.
 func (c *core) maybeFetchRoster(now time.Time) {
 	if !c.quorumMode() || now.Before(c.fetchAt) {
 		return
@@ -38,6 +38,14 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	}
 	if len(from) == 0 {
 		return
+	}
+	// Spare the voters while other members can answer: every election
+	// waits for them. In a fleet that starts together the voters hold the
+	// roster first, and each of five answered about 34 fetches while 100
+	// agents started, each on a new TLS connection. Once this node has
+	// asked each of the others in turn, it asks the voters too.
+	if others := slices.DeleteFunc(slices.Clone(from), func(mv memberView) bool { return mv.Seated }); len(others) > c.fetches {
+		from = others
 	}
 	slices.SortFunc(from, func(a, b memberView) int { return strings.Compare(a.Name, b.Name) })
 	c.fetchAt = now.Add(rosterFetchInterval)

@@ -302,7 +302,8 @@ func (s *csim) syncViews() {
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused && !s.hidden[[2]string{a, b}]) { // a paused node fails its probes
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained},
 					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
-					Zone: nb.zone})
+					Seated: nb.rosters.r.Contains(leasing.Node{ID: nb.id, Name: b}),
+					Zone:   nb.zone})
 			} else if nb.left {
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}}, Left: true})
 			}

@@ -82,16 +82,18 @@ func TestOddVoterSet(t *testing.T) {
 // together does not ask the same few (before, every node asked the members
 // first in name order, the voters, one a second; then three at a time,
 // which made each voter of a 100-agent start answer 45 fetches, each on a
-// new peer connection).
+// new peer connection). It asks the holders that are not voters first:
+// the voters are the busiest members while a fleet starts.
 func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
 	s.voters = 3
 	s.addNodes(6)
 	s.waitLeader(10*time.Second, "n6")
-	for end := s.now.Add(10 * time.Second); ; s.tick() {
-		learned := 0
+	for end := s.now.Add(30 * time.Second); ; s.tick() {
+		// Every node holds the leader's roster, and it has three voters.
+		r, learned := s.nodes["n6"].rosters.r, 0
 		for _, n := range s.nodes {
-			if !n.rosters.r.IsZero() {
+			if sameRoster(n.rosters.r, r) && !r.Joint() && len(r.Voters) == 3 {
 				learned++
 			}
 		}
@@ -99,7 +101,7 @@ func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 			break
 		}
 		if s.now.After(end) {
-			t.Fatalf("not every node learned the roster\n%s", s.dump())
+			t.Fatalf("not every node learned a roster of three voters\n%s", s.dump())
 		}
 	}
 	asked := func(name string, id uint64, rounds int) [][]string {
@@ -124,18 +126,32 @@ func TestRosterFetchSpreadsOverHolders(t *testing.T) {
 		n.c.out = nil
 		return out
 	}
-	first := asked("n9", 9, 6)
+	var seated, unseated []string
+	for _, name := range s.order {
+		if s.nodes[name].rosters.r.Contains(leasing.Node{ID: s.nodes[name].id, Name: name}) {
+			seated = append(seated, name)
+		} else {
+			unseated = append(unseated, name)
+		}
+	}
+	if len(seated) != 3 || len(unseated) != 3 {
+		t.Fatalf("voters %v, others %v: want three of each", seated, unseated)
+	}
+	first := asked("n9", 9, 3+6)
 	all := map[string]bool{}
-	for _, round := range first {
+	for i, round := range first {
 		if len(round) != rosterFetchFanout {
 			t.Fatalf("n9 asked %v in one round, want %d", round, rosterFetchFanout)
 		}
 		for _, name := range round {
+			if i < 3 && !slices.Contains(unseated, name) {
+				t.Fatalf("n9's round %d asked %s, a voter, before the other holders %v (rounds %v)", i, name, unseated, first)
+			}
 			all[name] = true
 		}
 	}
 	if len(all) != 6 {
-		t.Errorf("n9's first six rounds asked %v, want all six holders", first)
+		t.Errorf("n9's first nine rounds asked %v, want all six holders", first)
 	}
 	if other := asked("n10", 10, 1); slices.Equal(other[0], first[0]) {
 		t.Errorf("n9 and n10 both asked %v first", other[0])

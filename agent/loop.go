@@ -17,6 +17,11 @@ import (
 const (
 	clusterTag       = "c"
 	rosterVersionTag = "rv"
+	// seatTag marks a node that holds a seat in the roster it advertises
+	// (a voter of it), so that nodes fetching the roster can spare the
+	// voters. It changes only with the roster, so it costs no gossip
+	// update of its own.
+	seatTag = "s"
 	// expectTag advertises --expect, so only nodes bootstrapping together
 	// count each other.
 	expectTag = "x"
@@ -177,6 +182,7 @@ func (a *Agent) syncMembers() {
 			Voter:         m.Voter,
 			Cluster:       m.Tags[clusterTag],
 			RosterVersion: rv,
+			Seated:        m.Tags[seatTag] == "1",
 			Expect:        expect,
 			Zone:          m.Tags[zoneTag],
 			Left:          m.Status == gossip.StatusLeft,
@@ -231,7 +237,8 @@ func (a *Agent) advertiseCluster() {
 }
 
 // gossipTags are this node's extra gossip tags: its --expect and --zone,
-// and its roster's cluster ID and version once it has one.
+// and its roster's cluster ID and version once it has one, with whether
+// it holds a seat in it.
 func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	tags := map[string]string{}
 	if a.cfg.Expect > 0 {
@@ -242,6 +249,9 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	}
 	if !r.IsZero() {
 		tags[clusterTag], tags[rosterVersionTag] = r.ClusterID, strconv.FormatUint(r.Version, 10)
+		if r.Contains(toLeasing(a.self())) {
+			tags[seatTag] = "1"
+		}
 	}
 	a.drainTags(tags)
 	return tags
