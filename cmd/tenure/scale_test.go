@@ -129,8 +129,11 @@ func TestScale(t *testing.T) {
 	leader, ok := pl.waitAgree(t, start, *scaleWait, "")
 	if ok {
 		res.Agree, res.Epoch, res.Leader = leader.at.Sub(start).Seconds(), leader.epoch, leader.name
-		t.Logf("all %d agree on %s epoch %d after %.1fs (by the end of a poll round of %.2fs)",
-			n, leader.name, leader.epoch, res.Agree, leader.took.Seconds())
+		// The launch is serial and slows down as the first agents load the
+		// machine; a fleet's hosts start their agents in parallel. Both
+		// times are reported; the target counts from the first start.
+		t.Logf("all %d agree on %s epoch %d after %.1fs, %.1fs after the last agent was launched (by the end of a poll round of %.2fs)",
+			n, leader.name, leader.epoch, res.Agree, res.Agree-res.StartAll, leader.took.Seconds())
 	}
 	pl.close()
 	res.StartCPU = cpuSeconds(agents)
