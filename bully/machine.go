@@ -57,8 +57,10 @@ type Machine struct {
 	lastTerm   uint64
 
 	// first is the first campaign of a fresh Machine, while it is pending:
-	// the startup delay counted from start, plus one RankDelay per higher
-	// eligible live node, recomputed as gossip reveals the membership.
+	// the startup delay counted from start (or a settling delay from the
+	// last eligible member gossip revealed, if later), plus one RankDelay
+	// per higher eligible live node, recomputed as gossip reveals the
+	// membership.
 	first *firstCampaign
 
 	ho handover // resigns, transfers and chosen terms (handover.go)
@@ -75,6 +77,7 @@ type firstCampaign struct {
 	start  time.Time
 	jitter time.Duration
 	at     time.Time // the deadline it set; any other means the timer was taken over
+	grew   time.Time // when gossip last revealed an eligible member not seen before
 }
 
 // claim is a run of answers to a leader's COORDINATOR from a higher node:
@@ -158,6 +161,9 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			p = peer{Member: mem, since: now}
 			newcomers = append(newcomers, mem.Node)
 		}
+		if !ok && mem.Eligible && m.first != nil {
+			m.first.grew = now
+		}
 		m.live[mem.Name] = p
 	}
 	for name := range m.held {
@@ -195,6 +201,14 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 // end of the startup delay whatever the rank made every node of a
 // 100-node fleet ask the highest three nodes and probe every voter in the
 // same second (docs/BENCHMARKS.md).
+//
+// While gossip keeps revealing eligible members, the startup delay ends
+// no sooner than half a startup delay after the last of them (and at most
+// maxFirstDelay startup delays after the start). On a loaded host gossip
+// spreads the joins of the last nodes of a fleet slowly: nodes that
+// campaigned at the end of their startup delay did not yet list the
+// dozen nodes above them, and one of them won, to be preempted by the
+// highest seconds later.
 func (m *Machine) rescheduleFirst(now time.Time) {
 	if m.first == nil {
 		return
@@ -204,9 +218,21 @@ func (m *Machine) rescheduleFirst(now time.Time) {
 		return
 	}
 	k := time.Duration(len(m.higher(now)))
-	m.deadline = m.first.start.Add(m.cfg.StartupDelay + k*m.cfg.RankDelay + m.first.jitter)
+	base := m.first.start.Add(m.cfg.StartupDelay)
+	if settled := m.first.grew.Add(m.cfg.StartupDelay / 2); settled.After(base) {
+		base = settled
+		if last := m.first.start.Add(maxFirstDelay * m.cfg.StartupDelay); base.After(last) {
+			base = last
+		}
+	}
+	m.deadline = base.Add(k*m.cfg.RankDelay + m.first.jitter)
 	m.first.at = m.deadline
 }
+
+// maxFirstDelay bounds, in startup delays from the start, how long joins
+// that keep coming put a fresh Machine's first campaign off (before its
+// rank delay).
+const maxFirstDelay = 3
 
 // SetReach tells the Machine whether this node can lead as far as the
 // driver knows: cutOff when it failed to reach a majority of the voters

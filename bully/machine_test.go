@@ -437,6 +437,39 @@ func TestFirstCampaignWaitsItsRank(t *testing.T) {
 	}
 }
 
+// TestFirstCampaignWaitsForJoinsToSettle: while gossip keeps revealing
+// eligible members, a fresh node's first campaign comes no sooner than
+// half a startup delay after the last of them, and no later than three
+// startup delays after the start (plus the rank delay). A node that
+// campaigned at the end of its startup delay while the joins of the
+// nodes above it were still spreading won, and was preempted.
+func TestFirstCampaignWaitsForJoinsToSettle(t *testing.T) {
+	m, cfg, start := newMachine(t, 20, "n20")
+	members := []Member{cfg.Self}
+	join := func(at time.Duration, ids ...int) {
+		for _, id := range ids {
+			members = append(members, Member{Node: Node{ID: uint64(id), Name: fmt.Sprintf("n%02d", id)}, Eligible: true})
+		}
+		m.SetMembers(start.Add(at), slices.Clone(members))
+	}
+	within := func(what string, lo time.Duration) {
+		t.Helper()
+		if got := m.Deadline().Sub(start); got < lo || got > lo+cfg.Jitter {
+			t.Fatalf("%s: campaign %v after start, want %v plus at most %v jitter", what, got, lo, cfg.Jitter)
+		}
+	}
+	join(300*time.Millisecond, 1, 2, 3)
+	within("joined early", cfg.StartupDelay)
+	join(cfg.StartupDelay-200*time.Millisecond, 4)
+	within("a member revealed late", cfg.StartupDelay-200*time.Millisecond+cfg.StartupDelay/2)
+	join(cfg.StartupDelay+cfg.StartupDelay/4, 21)
+	within("one above, revealed later still", cfg.StartupDelay+cfg.StartupDelay/4+cfg.StartupDelay/2+cfg.RankDelay)
+	for at := 2 * cfg.StartupDelay; at < 4*cfg.StartupDelay; at += cfg.StartupDelay / 4 {
+		join(at, 5+int((at-2*cfg.StartupDelay)/(cfg.StartupDelay/4))) // n05..n12, below this node
+	}
+	within("joins that keep coming", 3*cfg.StartupDelay+cfg.RankDelay)
+}
+
 // TestFleetStartCampaignsOnce: sixty nodes start within a second. The
 // highest campaigns first and the others follow its COORDINATOR, so the
 // fleet sends no ELECTION at all; before the first campaign waited its
