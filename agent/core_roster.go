@@ -43,7 +43,8 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	// waits for them. In a fleet that starts together the voters hold the
 	// roster first, and each of five answered about 34 fetches while 100
 	// agents started, each on a new TLS connection. Once this node has
-	// asked each of the others in turn, it asks the voters too.
+	// made as many fetches (since it started) as there are other holders,
+	// having asked each of them in turn, it asks the voters too.
 	if others := slices.DeleteFunc(slices.Clone(from), func(mv memberView) bool { return mv.Seated }); len(others) > c.fetches {
 		from = others
 	}
