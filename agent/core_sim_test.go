@@ -20,22 +20,26 @@ import (
 // links one way. Each node's clock runs at its own rate. After every step it
 // checks the invariants (see check).
 type csim struct {
-	t       testing.TB
-	rand    *rand.Rand
-	start   time.Time
-	now     time.Time // global (real) time
-	step    time.Duration
-	nodes   map[string]*cnode
-	order   []string
-	cut     map[[2]string]bool // gossip and peer messages cut (a→b)
-	peerCut map[[2]string]bool // peer messages only: gossip still sees both
-	hidden  map[[2]string]bool // gossip does not list b to a yet; peer messages flow
-	drop    float64
-	slow    float64 // share of messages delayed up to two TTLs
-	dup     float64 // share of messages delivered twice
-	queue   []flight
-	ttl     time.Duration
-	initial int // nodes bootstrapped together by addNodes
+	t     testing.TB
+	rand  *rand.Rand
+	start time.Time
+	now   time.Time // global (real) time
+	step  time.Duration
+	// idleTick is how long a quiet core waits between ticks, as the
+	// driver does (nextTick): a node is ticked every step only while its
+	// core is not quiet for idleTick.
+	idleTick time.Duration
+	nodes    map[string]*cnode
+	order    []string
+	cut      map[[2]string]bool // gossip and peer messages cut (a→b)
+	peerCut  map[[2]string]bool // peer messages only: gossip still sees both
+	hidden   map[[2]string]bool // gossip does not list b to a yet; peer messages flow
+	drop     float64
+	slow     float64 // share of messages delayed up to two TTLs
+	dup      float64 // share of messages delivered twice
+	queue    []flight
+	ttl      time.Duration
+	initial  int // nodes bootstrapped together by addNodes
 
 	// The voter-set rules: --voters (0: the bootstrap's), and how long a
 	// voter may be missing before the leader replaces it (0: never).
@@ -77,6 +81,7 @@ type cnode struct {
 	advertised leasing.Roster // the roster its gossip tags name
 	run        runner         // its tenure run supervisor
 	c          *core
+	wake       time.Time // global time of its next tick while its core is quiet
 	up         bool
 	paused     bool
 	left       bool // left gracefully: others see it as left
@@ -135,17 +140,19 @@ type runner struct {
 
 func newCsim(t testing.TB, seed uint64) *csim {
 	return &csim{
-		t:       t,
-		rand:    rand.New(rand.NewPCG(seed, seed*7+1)),
-		start:   time.Unix(10000, 0),
-		now:     time.Unix(10000, 0),
-		step:    10 * time.Millisecond,
-		nodes:   map[string]*cnode{},
-		cut:     map[[2]string]bool{},
-		peerCut: map[[2]string]bool{},
-		hidden:  map[[2]string]bool{},
-		ttl:     2 * time.Second,
-		terms:   map[uint64]string{},
+		t:     t,
+		rand:  rand.New(rand.NewPCG(seed, seed*7+1)),
+		start: time.Unix(10000, 0),
+		now:   time.Unix(10000, 0),
+		step:  10 * time.Millisecond,
+		// The local profile's: idleTickFactor ticks of 20 ms.
+		idleTick: idleTickFactor * 20 * time.Millisecond,
+		nodes:    map[string]*cnode{},
+		cut:      map[[2]string]bool{},
+		peerCut:  map[[2]string]bool{},
+		hidden:   map[[2]string]bool{},
+		ttl:      2 * time.Second,
+		terms:    map[uint64]string{},
 	}
 }
 
@@ -428,10 +435,17 @@ func (s *csim) tick() {
 	}
 	s.queue = append(later, s.queue...)
 	for _, name := range s.order {
-		if n := s.nodes[name]; n.up && !n.paused {
-			n.c.tick(s.local(n, s.now))
-			s.collect(name)
+		n := s.nodes[name]
+		if !n.up || n.paused {
+			continue
 		}
+		now := s.local(n, s.now)
+		if s.now.Before(n.wake) && n.c.quiet(now, s.idleTick) {
+			continue // the driver sleeps through a quiet core's ticks
+		}
+		n.c.tick(now)
+		s.collect(name)
+		n.wake = s.now.Add(s.idleTick)
 	}
 	for _, name := range s.order {
 		s.supervise(s.nodes[name])
