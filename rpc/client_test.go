@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -272,5 +273,24 @@ func TestCheckAndForceLeave(t *testing.T) {
 	}
 	if err := cl.ForceLeave(ctx, ""); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("force-leave \"\" = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestOnRequestCountsEveryRequest: the server calls OnRequest once per
+// request frame, whatever the op.
+func TestOnRequestCountsEveryRequest(t *testing.T) {
+	var n atomic.Int64
+	c := dialT(t, startServer(t, newFakeBackend(), func(cfg *ServerConfig) { cfg.OnRequest = func() { n.Add(1) } }).Path())
+	ctx := testCtx(t)
+	for i := 0; i < 5; i++ {
+		if _, err := c.Leader(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got != 6 {
+		t.Fatalf("OnRequest called %d times for 6 requests", got)
 	}
 }

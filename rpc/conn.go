@@ -149,6 +149,9 @@ func (c *conn) next() bool {
 		c.readFailed(err)
 		return false
 	}
+	if f := c.srv.cfg.OnRequest; f != nil {
+		f()
+	}
 	req, err := parseRequest(b)
 	if err != nil {
 		c.srv.warn(c.log, "rpc: malformed request; closing connection", "err", err, "bytes", len(b))

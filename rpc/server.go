@@ -93,6 +93,11 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the wait for the client's Hello; 0 means
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// OnRequest, when set, is called for every request frame read, on the
+	// connection's goroutine, before the request is parsed: the agent
+	// counts them to size its process (internal/procs). It must be fast
+	// and must not block.
+	OnRequest func()
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults,
