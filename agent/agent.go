@@ -162,6 +162,7 @@ func (a *Agent) start() error {
 		MaxUngreeted:     a.cfg.SocketMaxUngreeted,
 		IdleTimeout:      a.cfg.SocketIdleTimeout,
 		HandshakeTimeout: a.cfg.SocketHelloTimeout,
+		OnRequest:        a.cfg.SocketOnRequest,
 		MaxFrame:         a.cfg.SocketMaxFrame,
 		Logger:           a.log,
 		AgentVersion:     a.cfg.Version,

@@ -92,6 +92,10 @@ type Config struct {
 	// SocketHelloTimeout bounds the wait for a client's hello; 0 means
 	// rpc.DefaultHandshakeTimeout (2 s).
 	SocketHelloTimeout time.Duration
+	// SocketOnRequest, when set, is called for every request on the
+	// socket (rpc.ServerConfig.OnRequest): tenure agent counts them to size
+	// its process (internal/procs).
+	SocketOnRequest func()
 	// SocketMaxFrame bounds the socket's frame bodies in both directions,
 	// in bytes; 0 means rpc.DefaultMaxFrame (64 KiB). From rpc.MinMaxFrame
 	// (1 KiB) to rpc.MaxMaxFrame (16 MiB): raise it when the member list

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurehq/tenure/agent"
 	"github.com/tenurehq/tenure/agent/hooks"
+	"github.com/tenurehq/tenure/internal/procs"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -80,6 +81,13 @@ func runAgent(c *cli.Context) error {
 	cfg, level, err := agentConfig(c)
 	if err != nil {
 		return fail(2, "tenure agent: %v", err)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One P while the socket is quiet, Go's default while it is busy
+		// (internal/procs); GOMAXPROCS in the environment decides instead.
+		gov := procs.Start(procs.Config{Logger: cfg.Logger})
+		defer gov.Stop()
+		cfg.SocketOnRequest = gov.Note
 	}
 	a, err := agent.Start(cfg)
 	if err != nil {
