@@ -8,8 +8,8 @@
 // busy those wake-ups cost more than the work. Measured with 100 agents
 // on two cores (docs/BENCHMARKS.md): about a fifth less CPU per agent
 // while the fleet started, and agreement two seconds sooner. The socket is
-// the one place where the agent's work is parallel: one P answers about
-// 38,000 leader queries a second, two Ps more than 50,000. So a Governor
+// the one place where the agent's work is parallel: one P answers about a
+// quarter fewer leader queries a second than two. So a Governor
 // counts the socket's requests and gives the process Go's default number
 // of Ps while they come faster than Config.Busy, and one P again after
 // they have stayed below half that for Config.Cooldown.
