@@ -20,26 +20,22 @@ import (
 // links one way. Each node's clock runs at its own rate. After every step it
 // checks the invariants (see check).
 type csim struct {
-	t     testing.TB
-	rand  *rand.Rand
-	start time.Time
-	now   time.Time // global (real) time
-	step  time.Duration
-	// idleTick is how long a quiet core waits between ticks, as the
-	// driver does (nextTick): a node is ticked every step only while its
-	// core is not quiet for idleTick.
-	idleTick time.Duration
-	nodes    map[string]*cnode
-	order    []string
-	cut      map[[2]string]bool // gossip and peer messages cut (a→b)
-	peerCut  map[[2]string]bool // peer messages only: gossip still sees both
-	hidden   map[[2]string]bool // gossip does not list b to a yet; peer messages flow
-	drop     float64
-	slow     float64 // share of messages delayed up to two TTLs
-	dup      float64 // share of messages delivered twice
-	queue    []flight
-	ttl      time.Duration
-	initial  int // nodes bootstrapped together by addNodes
+	t       testing.TB
+	rand    *rand.Rand
+	start   time.Time
+	now     time.Time // global (real) time
+	step    time.Duration
+	nodes   map[string]*cnode
+	order   []string
+	cut     map[[2]string]bool // gossip and peer messages cut (a→b)
+	peerCut map[[2]string]bool // peer messages only: gossip still sees both
+	hidden  map[[2]string]bool // gossip does not list b to a yet; peer messages flow
+	drop    float64
+	slow    float64 // share of messages delayed up to two TTLs
+	dup     float64 // share of messages delivered twice
+	queue   []flight
+	ttl     time.Duration
+	initial int // nodes bootstrapped together by addNodes
 
 	// The voter-set rules: --voters (0: the bootstrap's), and how long a
 	// voter may be missing before the leader replaces it (0: never).
@@ -81,7 +77,7 @@ type cnode struct {
 	advertised leasing.Roster // the roster its gossip tags name
 	run        runner         // its tenure run supervisor
 	c          *core
-	wake       time.Time // global time of its next tick while its core is quiet
+	ticks      driverTicks // when the driver ticks its core
 	up         bool
 	paused     bool
 	left       bool // left gracefully: others see it as left
@@ -140,19 +136,17 @@ type runner struct {
 
 func newCsim(t testing.TB, seed uint64) *csim {
 	return &csim{
-		t:     t,
-		rand:  rand.New(rand.NewPCG(seed, seed*7+1)),
-		start: time.Unix(10000, 0),
-		now:   time.Unix(10000, 0),
-		step:  10 * time.Millisecond,
-		// The local profile's: idleTickFactor ticks of 20 ms.
-		idleTick: idleTickFactor * 20 * time.Millisecond,
-		nodes:    map[string]*cnode{},
-		cut:      map[[2]string]bool{},
-		peerCut:  map[[2]string]bool{},
-		hidden:   map[[2]string]bool{},
-		ttl:      2 * time.Second,
-		terms:    map[uint64]string{},
+		t:       t,
+		rand:    rand.New(rand.NewPCG(seed, seed*7+1)),
+		start:   time.Unix(10000, 0),
+		now:     time.Unix(10000, 0),
+		step:    10 * time.Millisecond,
+		nodes:   map[string]*cnode{},
+		cut:     map[[2]string]bool{},
+		peerCut: map[[2]string]bool{},
+		hidden:  map[[2]string]bool{},
+		ttl:     2 * time.Second,
+		terms:   map[uint64]string{},
 	}
 }
 
@@ -419,6 +413,24 @@ func (s *csim) recordTerm(n *cnode) {
 	n.led = append(n.led, st.Term)
 }
 
+// driverTicks models how the driver ticks a core (Agent.nextTick) for
+// tests that step time by hand: every step while the core is not quiet,
+// every idle tick of the local profile while it is.
+type driverTicks struct{ wake time.Time }
+
+// localIdleTick is the local profile's idle tick: idleTickFactor ticks.
+var localIdleTick = idleTickFactor * Config{Profile: Local}.withDefaults().TickInterval
+
+// due reports whether the driver ticks c at global time at (local: c's
+// clock then); if so, it counts the tick.
+func (d *driverTicks) due(at, local time.Time, c *core) bool {
+	if at.Before(d.wake) && c.quiet(local, localIdleTick) {
+		return false
+	}
+	d.wake = at.Add(localIdleTick)
+	return true
+}
+
 // tick advances one step: deliver what is due, tick every running node, and
 // check the invariants.
 func (s *csim) tick() {
@@ -440,12 +452,11 @@ func (s *csim) tick() {
 			continue
 		}
 		now := s.local(n, s.now)
-		if s.now.Before(n.wake) && n.c.quiet(now, s.idleTick) {
+		if !n.ticks.due(s.now, now, n.c) {
 			continue // the driver sleeps through a quiet core's ticks
 		}
 		n.c.tick(now)
 		s.collect(name)
-		n.wake = s.now.Add(s.idleTick)
 	}
 	for _, name := range s.order {
 		s.supervise(s.nodes[name])

@@ -14,22 +14,22 @@ import (
 // each, for nothing.
 func TestWaitingNodeTicksSlowly(t *testing.T) {
 	const step = 10 * time.Millisecond
-	idle := idleTickFactor * 20 * time.Millisecond // the local profile's
+	idle := localIdleTick
 	// lead runs a rig until its core holds the lease, ticking it every
-	// step, or only while not quiet and every idle tick (as the driver
-	// does); it returns how long that took and how often it ticked.
+	// step, or as the driver does (driverTicks); it returns how long that
+	// took and how often it ticked.
 	lead := func(driver bool) (took time.Duration, ticks int) {
 		r := newRig(t, 3)
-		begin, wake := r.now, r.now
+		begin := r.now
+		var dt driverTicks
 		for end := r.now.Add(5 * time.Second); r.now.Before(end); {
 			r.now = r.now.Add(step)
-			if driver && r.now.Before(wake) && r.c.quiet(r.now, idle) {
+			if driver && !dt.due(r.now, r.now, r.c) {
 				continue
 			}
 			r.c.tick(r.now)
 			r.deliver()
 			ticks++
-			wake = r.now.Add(idle)
 			if r.c.leaseValid(r.now) {
 				return r.now.Sub(begin), ticks
 			}
