@@ -65,7 +65,6 @@ type Governor struct {
 	afterFunc func(time.Duration, func()) (stop func() bool)
 	oneP      func()
 	defaultPs func()
-	currentPs func() int
 }
 
 // Start returns a Governor and puts the process on one P.
@@ -89,8 +88,7 @@ func newGovernor(cfg Config) *Governor {
 	g := &Governor{cfg: cfg, now: time.Now,
 		afterFunc: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
 		oneP:      func() { runtime.GOMAXPROCS(1) },
-		defaultPs: runtime.SetDefaultGOMAXPROCS,
-		currentPs: func() int { return runtime.GOMAXPROCS(0) }}
+		defaultPs: runtime.SetDefaultGOMAXPROCS}
 	g.mark.Store(g.now().UnixNano())
 	return g
 }
@@ -123,7 +121,7 @@ func (g *Governor) goBusy(took time.Duration) {
 	g.defaultPs()
 	g.checked = g.reqs.Load()
 	g.stop = g.afterFunc(g.cfg.Cooldown, g.check)
-	g.cfg.Logger.Debug("procs: the socket is busy: Go's default Ps", "ps", g.currentPs(),
+	g.cfg.Logger.Debug("procs: the socket is busy: Go's default Ps", "ps", runtime.GOMAXPROCS(0),
 		"rate_per_second", int(batch/took.Seconds()))
 }
 

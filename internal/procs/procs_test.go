@@ -27,7 +27,6 @@ func newFake(t *testing.T, cfg Config) (*Governor, *fakeRuntime) {
 	}
 	g.oneP = func() { f.ps = 1 }
 	g.defaultPs = func() { f.ps = 2 }
-	g.currentPs = func() int { return f.ps }
 	g.oneP()
 	return g, f
 }
