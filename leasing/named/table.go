@@ -372,9 +372,17 @@ func (t *Table) Tick(now time.Time) []Reply {
 // holds less than its share rounded down or the richest more than it
 // rounded up. Only partitions that must move do; nothing moves while the
 // group is within those bounds.
+//
+// The poorest is taken among the members that wait for a partition: only
+// they can be given one. A member that holds partitions and waits for
+// none is either holding every partition it asked for (then it is the
+// richest) or gone (its agent failed, DropNode removed its waits, and its
+// leases run out): revoking partitions for it would only hand them from
+// one live member to the next until its last lease ran out.
 func (t *Table) rebalance(now time.Time) {
 	type member struct {
-		held []string // not being revoked
+		held  []string // not being revoked
+		waits bool     // for some partition of the group
 	}
 	groups := map[string]map[string]*member{}
 	parts := map[string]int{}
@@ -402,7 +410,7 @@ func (t *Table) rebalance(now time.Time) {
 			}
 		}
 		for _, w := range e.waiters {
-			add(w.who.Node.Name)
+			add(w.who.Node.Name).waits = true
 		}
 	}
 	for group, members := range groups {
@@ -422,16 +430,16 @@ func (t *Table) rebalance(now time.Time) {
 		// poorest, while the poorest is below its share rounded down, or
 		// the richest above it rounded up.
 		for {
-			rich, poor := nodes[0], nodes[0]
+			rich, poor := nodes[0], ""
 			for _, node := range nodes {
 				if count[node] > count[rich] {
 					rich = node
 				}
-				if count[node] < count[poor] {
+				if members[node].waits && (poor == "" || count[node] < count[poor]) {
 					poor = node
 				}
 			}
-			if !(count[poor] < low && count[rich] > low) && !(count[rich] > high && count[poor] < high) {
+			if poor == "" || !(count[poor] < low && count[rich] > low) && !(count[rich] > high && count[poor] < high) {
 				break
 			}
 			m := members[rich]

@@ -2,6 +2,8 @@ package named
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,88 +74,198 @@ func TestGraceAdoptsReclaimsOnly(t *testing.T) {
 	}
 }
 
+// shareGroup drives a Table as the members of one Share group do: each
+// member queues for every partition it does not hold, renews what it
+// holds, and gives back (then asks again for) a partition the leader
+// revokes.
+type shareGroup struct {
+	tb       *Table
+	now      time.Time
+	parts    int
+	owner    map[string]string // partition name -> member
+	sessions map[string]uint64
+	dead     map[string]bool // stopped renewing and asking
+	seq      uint64
+	ticks    int
+}
+
+func newShareGroup(parts int) *shareGroup {
+	return &shareGroup{tb: newTestTable(3, 0), now: t0, parts: parts, owner: map[string]string{}, sessions: map[string]uint64{}, dead: map[string]bool{}}
+}
+
+func (g *shareGroup) name(p int) string { return fmt.Sprintf("g/%d", p) }
+
+// join starts member m's session and queues it for every partition.
+func (g *shareGroup) join(m string) {
+	g.sessions[m] = uint64(len(g.sessions) + 1)
+	g.ask(m)
+}
+
+func (g *shareGroup) ask(m string) {
+	for p := range g.parts {
+		name := g.name(p)
+		if g.owner[name] == m {
+			continue
+		}
+		g.seq++
+		rep, pushes := g.tb.Handle(g.now, Request{Op: OpAcquire, Term: 3, Seq: g.seq, Name: name, Holder: holder(m, g.sessions[m]), TTL: 10 * time.Second, Wait: true, Policy: Share, Group: "g"})
+		g.record(append(pushes, rep))
+	}
+}
+
+func (g *shareGroup) record(reps []Reply) {
+	for _, r := range reps {
+		if r.Code == CodeGranted {
+			g.owner[r.Name] = r.Holder.Node.Name
+		}
+	}
+}
+
+// renew renews the partitions live member m holds.
+func (g *shareGroup) renew(m string) {
+	for _, name := range slices.Sorted(maps.Keys(g.owner)) {
+		if g.owner[name] != m {
+			continue
+		}
+		g.seq++
+		rep, _ := g.tb.Handle(g.now, Request{Op: OpRenew, Term: 3, Seq: g.seq, Name: name, Holder: holder(m, g.sessions[m]), Token: tokenOf(g.tb, name), TTL: 10 * time.Second, Policy: Share, Group: "g"})
+		if rep.Revoke {
+			_, pushes := g.tb.Handle(g.now, Request{Op: OpRelease, Term: 3, Seq: g.seq, Name: name, Holder: holder(m, g.sessions[m]), Token: rep.Token})
+			delete(g.owner, name)
+			g.record(pushes)
+			g.ask(m)
+		}
+	}
+}
+
+// kill stops m: the leader drops its waits, its leases run out.
+func (g *shareGroup) kill(m string) {
+	g.dead[m] = true
+	g.record(g.tb.DropNode(g.now, m))
+}
+
+// settle runs n ticks of 200 ms, the live members renewing after each
+// and asking again every 3 s (a third of the TTL) to keep their places.
+func (g *shareGroup) settle(n int) {
+	for range n {
+		g.ticks++
+		g.now = g.now.Add(200 * time.Millisecond)
+		for _, r := range g.tb.Tick(g.now) {
+			g.owner[r.Name] = r.Holder.Node.Name
+		}
+		for _, m := range slices.Sorted(maps.Keys(g.sessions)) {
+			if !g.dead[m] {
+				g.renew(m)
+				if g.ticks%15 == 0 {
+					g.ask(m)
+				}
+			}
+		}
+		// A dead member's leases run out: take the owners from the table.
+		clear(g.owner)
+		for _, in := range g.tb.List(g.now) {
+			if in.Held {
+				g.owner[in.Name] = in.Holder.Node.Name
+			}
+		}
+	}
+}
+
+func (g *shareGroup) snapshot() map[string]string { return maps.Clone(g.owner) }
+
+// checkShares fails unless every partition has an owner among members and
+// each member holds its share rounded down or up.
+func (g *shareGroup) checkShares(t *testing.T, when string, members []string) {
+	t.Helper()
+	count := map[string]int{}
+	for p := range g.parts {
+		o, ok := g.owner[g.name(p)]
+		if !ok {
+			t.Fatalf("%s, %s has no owner", when, g.name(p))
+		}
+		count[o]++
+	}
+	low, high := g.parts/len(members), (g.parts+len(members)-1)/len(members)
+	for _, m := range members {
+		if count[m] < low || count[m] > high {
+			t.Fatalf("%s: %v, want each of %v within [%d, %d]", when, count, members, low, high)
+		}
+	}
+}
+
 // TestPartitionsMoveOnlyWhatMust: members join a group of twelve
 // partitions one by one; after each join the partitions are within one of
 // an even share, and only partitions of members above their share moved.
 func TestPartitionsMoveOnlyWhatMust(t *testing.T) {
-	tb := newTestTable(3, 0)
-	now := t0
-	const parts = 12
-	owner := map[string]string{}
-	sessions := map[string]uint64{}
+	g := newShareGroup(12)
 	var members []string
-	seq := uint64(0)
-	ask := func(m string) {
-		for p := range parts {
-			name := fmt.Sprintf("g/%d", p)
-			if owner[name] == m {
-				continue
-			}
-			seq++
-			rep, pushes := tb.Handle(now, Request{Op: OpAcquire, Term: 3, Seq: seq, Name: name, Holder: holder(m, sessions[m]), TTL: 10 * time.Second, Wait: true, Policy: Share, Group: "g"})
-			for _, r := range append(pushes, rep) {
-				if r.Code == CodeGranted {
-					owner[r.Name] = r.Holder.Node.Name
-				}
-			}
-		}
-	}
-	settle := func() {
-		for range 20 {
-			now = now.Add(200 * time.Millisecond)
-			for _, r := range tb.Tick(now) {
-				owner[r.Name] = r.Holder.Node.Name
-			}
-			// Members renew; a revoked partition is given back and asked for again.
-			for name, m := range owner {
-				seq++
-				rep, _ := tb.Handle(now, Request{Op: OpRenew, Term: 3, Seq: seq, Name: name, Holder: holder(m, sessions[m]), Token: tokenOf(tb, name), TTL: 10 * time.Second, Policy: Share, Group: "g"})
-				if rep.Revoke {
-					_, pushes := tb.Handle(now, Request{Op: OpRelease, Term: 3, Seq: seq, Name: name, Holder: holder(m, sessions[m]), Token: rep.Token})
-					delete(owner, name)
-					for _, r := range pushes {
-						owner[r.Name] = r.Holder.Node.Name
-					}
-					ask(m)
-				}
-			}
-		}
-	}
 	for i, m := range []string{"a", "b", "c", "d", "e"} {
-		sessions[m] = uint64(i + 1)
 		members = append(members, m)
-		before := map[string]string{}
-		for k, v := range owner {
-			before[k] = v
-		}
-		ask(m)
-		settle()
-		count := map[string]int{}
-		for p := range parts {
-			name := fmt.Sprintf("g/%d", p)
-			o, ok := owner[name]
-			if !ok {
-				t.Fatalf("after %s joined, %s has no owner", m, name)
-			}
-			count[o]++
-		}
-		low, high := parts/len(members), (parts+len(members)-1)/len(members)
-		for _, mm := range members {
-			if count[mm] < low || count[mm] > high {
-				t.Fatalf("after %s joined: %v, want each within [%d, %d]", m, count, low, high)
-			}
-		}
+		before := g.snapshot()
+		g.join(m)
+		g.settle(20)
+		g.checkShares(t, "after "+m+" joined", members)
+		high := (g.parts + len(members) - 1) / len(members)
 		moved := 0
 		for name, o := range before {
-			if owner[name] != o {
+			if g.owner[name] != o {
 				moved++
-				if owner[name] != m {
-					t.Fatalf("%s moved from %s to %s, not to the newcomer %s", name, o, owner[name], m)
+				if g.owner[name] != m {
+					t.Fatalf("%s moved from %s to %s, not to the newcomer %s", name, o, g.owner[name], m)
 				}
 			}
 		}
 		if i > 0 && moved > high {
 			t.Fatalf("after %s joined, %d partitions moved; at most %d must", m, moved, high)
+		}
+	}
+}
+
+// TestPartitionsOfAFailedMemberMoveAlone: a member holding two of ten
+// partitions among five fails, and its leases run out one after the
+// other. Only its partitions move: the member whose agent is gone is not
+// a poor member to revoke partitions for while its last lease runs out.
+func TestPartitionsOfAFailedMemberMoveAlone(t *testing.T) {
+	g := newShareGroup(10)
+	members := []string{"a", "b", "c", "d", "e"}
+	for _, m := range members {
+		g.join(m)
+		g.settle(20)
+	}
+	g.checkShares(t, "before the failure", members)
+	var held []string
+	for _, name := range slices.Sorted(maps.Keys(g.owner)) {
+		if g.owner[name] == "e" {
+			held = append(held, name)
+		}
+	}
+	if len(held) != 2 {
+		t.Fatalf("e holds %v, want two partitions", held)
+	}
+	// e renews its first partition 2 s after its second, then fails: the
+	// two leases run out 2 s apart.
+	g.now = g.now.Add(2 * time.Second)
+	g.seq++
+	g.tb.Handle(g.now, Request{Op: OpRenew, Term: 3, Seq: g.seq, Name: held[0], Holder: holder("e", g.sessions["e"]), Token: tokenOf(g.tb, held[0]), TTL: 10 * time.Second, Policy: Share, Group: "g"})
+	before := g.tb.List(g.now)
+	g.kill("e")
+	g.settle(80)
+	g.checkShares(t, "after e failed", members[:4])
+	after := map[string]Info{}
+	var last, lastBefore uint64
+	for _, in := range g.tb.List(g.now) {
+		after[in.Name] = in
+		last = max(last, in.Token)
+	}
+	for _, in := range before {
+		lastBefore = max(lastBefore, in.Token)
+	}
+	if grants := last - lastBefore; grants != uint64(len(held)) {
+		t.Errorf("%d grants after e failed, want %d: one for each of its partitions", grants, len(held))
+	}
+	for _, in := range before {
+		if a := after[in.Name]; in.Holder.Node.Name != "e" && (a.Holder != in.Holder || a.Token != in.Token) {
+			t.Errorf("%s moved from %s (token %d) to %s (token %d), though only e's partitions had to", in.Name, in.Holder.Node.Name, in.Token, a.Holder.Node.Name, a.Token)
 		}
 	}
 }
