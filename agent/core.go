@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
@@ -27,6 +28,7 @@ type core struct {
 	boot    bootstrap      // pledges being collected (--expect)
 	grants  *leasing.Voter // nil unless this node votes
 	granted leasing.GrantStore
+	traced  bully.State // the election state traceState last logged
 
 	// A voter that learned a roster naming itself from a peer (its bootstrap
 	// raced, or it lost its disk) may have granted before and forgotten. It
@@ -44,6 +46,10 @@ type core struct {
 	watch leaseWatch            // the natural successor's watch of the leader's lease
 	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	jumps jumpReport            // refused epoch jumps, for the log
+
+	// roundQueued: the requests of the round in flight are queued, not
+	// yet handed to the transport (dispatched).
+	roundQueued bool
 
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
@@ -390,6 +396,7 @@ func (c *core) recover(now time.Time) error {
 // safe: persist the highest epoch, then queue messages, then lease work.
 func (c *core) process(now time.Time) {
 	defer c.forgetMootReasons()
+	defer c.traceState()
 	for c.failed == nil {
 		rd := c.m.Ready()
 		if rd.RefusedEpoch != 0 {
@@ -404,8 +411,15 @@ func (c *core) process(now time.Time) {
 			c.failed = fmt.Errorf("persist epoch %d: %w", rd.Epoch, err)
 			return
 		}
+		var asked []string
 		for _, msg := range rd.Messages {
 			c.out = append(c.out, outMsg{to: msg.To, env: envelope{Bully: &msg}})
+			if msg.Type == bully.MsgElection {
+				asked = append(asked, msg.To.Name)
+			}
+		}
+		if len(asked) > 0 {
+			c.log.Debug("election: asking the higher nodes", "to", strings.Join(asked, " "))
 		}
 		if rd.Release != 0 {
 			c.log.Info("stepping down: releasing the lease", "epoch", rd.Release, "leader", c.m.Status().Leader.Name)
@@ -416,6 +430,23 @@ func (c *core) process(now time.Time) {
 		}
 		c.acquire(now, rd.Acquire)
 	}
+}
+
+// electionDue reports whether the election's timer has run out at now:
+// the next tick acts on it.
+func (c *core) electionDue(now time.Time) bool {
+	d := c.m.Deadline()
+	return !d.IsZero() && !now.Before(d)
+}
+
+// traceState logs, at debug level, each change of the election's state.
+func (c *core) traceState() {
+	st := c.m.Status()
+	if st.State == c.traced {
+		return
+	}
+	c.traced = st.State
+	c.log.Debug("election: state", "state", st.State.String(), "leader", st.Leader.Name, "term", st.Term, "epoch", st.Epoch)
 }
 
 // errNoRoster explains a quorum node that cannot campaign yet.

@@ -31,6 +31,7 @@ func (c *core) acquire(now time.Time, epoch uint64) {
 func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leasing.Roster) {
 	c.seq++
 	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, c.cfg.Lease.AcquireBudget)
+	c.roundQueued = true
 	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
@@ -40,6 +41,20 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
 	}
 	c.evaluate(now)
+}
+
+// dispatched tells the core that the messages it queued went to the
+// transport at now (the driver calls it after each flush): the budget of
+// a round whose requests were among them counts from now. A candidate
+// persists its epoch between starting the round and sending it; while
+// 100 agents started on one host that write (an fsync) took 0.06-0.46 s
+// of the 1 s budget, and rounds failed with no reply from any voter,
+// burning the epoch and racing the other candidates.
+func (c *core) dispatched(now time.Time) {
+	if c.round != nil && c.roundQueued {
+		c.round.Dispatched(now)
+	}
+	c.roundQueued = false
 }
 
 // addReply counts a voter's reply in the round in flight.

@@ -377,3 +377,35 @@ func TestPeerBookForgetsDepartedNodes(t *testing.T) {
 		t.Errorf("n2, a voter no longer listed, is described as %q", got)
 	}
 }
+
+// TestRoundBudgetCountsFromDispatch: a lease round's budget counts from
+// when its requests leave, not from when the round started. A candidate
+// persists its epoch in between; when that write is slow, voters that
+// answer within a budget of the requests leaving still make the round.
+func TestRoundBudgetCountsFromDispatch(t *testing.T) {
+	r := newRig(t, 3)
+	r.peers["n2"] = peerPlay{grant: true, hold: true}
+	r.peers["n3"] = peerPlay{grant: true, hold: true}
+	r.runUntil(5*time.Second, func(snapshot) bool { return len(r.held) > 0 })
+	rd := r.c.round
+	if rd == nil || len(r.held) != 2 {
+		t.Fatalf("round %v, %d requests held: want a round in flight with its requests to n2 and n3", rd, len(r.held))
+	}
+	budget := r.c.cfg.Lease.AcquireBudget
+	// The epoch write took three quarters of a budget: the requests left then.
+	r.c.dispatched(rd.Sent.Add(3 * budget / 4))
+	r.run(budget + budget/4) // past a budget from the start, within one from the dispatch
+	if r.c.round != rd {
+		t.Fatalf("the round ended %v after it started, before a budget (%v) had passed since its requests left", r.now.Sub(rd.Sent), budget)
+	}
+	r.peers["n2"] = peerPlay{grant: true}
+	r.peers["n3"] = peerPlay{grant: true}
+	r.release()
+	if !r.c.leaseValid(r.now) {
+		st := r.status()
+		t.Fatalf("no lease after the voters granted within a budget of the dispatch: state %q, reason %q", st.state, st.reason)
+	}
+	if !r.c.lease.deadline.Equal(r.c.cfg.Lease.LeaderDeadline(rd.Sent)) {
+		t.Errorf("lease deadline %v, want it counted from the round's start %v (the safe side)", r.c.lease.deadline, rd.Sent)
+	}
+}

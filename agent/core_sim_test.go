@@ -330,6 +330,7 @@ func (s *csim) collect(name string) {
 	for _, m := range n.c.ready() {
 		s.send(flight{from: name, to: m.to.Name, env: m.env})
 	}
+	n.c.dispatched(s.local(n, s.now))
 	s.notePromise(n)
 	s.recordTerm(n)
 	if s.named != nil {

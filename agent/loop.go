@@ -56,7 +56,8 @@ func (a *Agent) loop() {
 			f()
 		case <-ticker.c():
 			ticker.fired()
-			a.memberSync.due(a.cfg.Clock.Now(), a.syncMembers)
+			now := a.cfg.Clock.Now()
+			a.memberSync.due(now, a.core.electionDue(now), a.syncMembers)
 			a.core.tick(a.cfg.Clock.Now())
 			a.flush()
 		}
@@ -127,9 +128,15 @@ func (s *memberSync) changed(now time.Time, sync func()) {
 }
 
 // due runs sync, at a tick at now, if an event is waiting for it and an
-// interval has passed since the last rebuild.
-func (s *memberSync) due(now time.Time, sync func()) {
-	if s.pending && now.Sub(s.last) >= s.interval {
+// interval has passed since the last rebuild, or at once if urgent: the
+// election's timer is due, and what it does then (campaign, or give up on
+// the nodes it asked) depends on which higher nodes it knows. A node
+// whose campaign timer ended 23 ms after gossip reported the three nodes
+// above it campaigned without them, the events still waiting out the
+// interval, and won the fleet's first term, to be preempted by the
+// highest seconds later.
+func (s *memberSync) due(now time.Time, urgent bool, sync func()) {
+	if s.pending && (urgent || now.Sub(s.last) >= s.interval) {
 		s.last, s.pending = now, false
 		sync()
 	}
@@ -216,6 +223,7 @@ func (a *Agent) flush() *sync.WaitGroup {
 	for _, msg := range a.core.ready() {
 		a.send(msg, &sent)
 	}
+	a.core.dispatched(a.cfg.Clock.Now())
 	a.advertiseCluster()
 	return &sent
 }

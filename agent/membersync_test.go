@@ -18,7 +18,7 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 	if syncs != 1 {
 		t.Fatalf("100 events within one tick: %d rebuilds, want 1 (the first)", syncs)
 	}
-	s.due(t0.Add(50*time.Millisecond), sync)
+	s.due(t0.Add(50*time.Millisecond), false, sync)
 	if syncs != 2 {
 		t.Fatalf("the tick after the wave: %d rebuilds, want 2", syncs)
 	}
@@ -29,15 +29,15 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 	if d, ok := s.wait(t0.Add(80 * time.Millisecond)); !ok || d != 20*time.Millisecond {
 		t.Fatalf("wait = %v, %v; want 20ms, true (the interval after the rebuild at 50 ms)", d, ok)
 	}
-	s.due(t0.Add(90*time.Millisecond), sync)
+	s.due(t0.Add(90*time.Millisecond), false, sync)
 	if syncs != 2 {
 		t.Fatalf("a tick before the interval is over: %d rebuilds, want the event to wait", syncs)
 	}
-	s.due(t0.Add(100*time.Millisecond), sync)
+	s.due(t0.Add(100*time.Millisecond), false, sync)
 	if syncs != 3 {
 		t.Fatalf("the tick after a waiting event: %d rebuilds, want 3", syncs)
 	}
-	s.due(t0.Add(150*time.Millisecond), sync)
+	s.due(t0.Add(150*time.Millisecond), false, sync)
 	if syncs != 3 {
 		t.Fatalf("a tick with no event since: %d rebuilds, want 3", syncs)
 	}
@@ -47,5 +47,29 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 	s.changed(t0.Add(260*time.Millisecond), sync)
 	if syncs != 4 {
 		t.Fatalf("an event after a quiet tick: %d rebuilds, want it synced at once", syncs)
+	}
+}
+
+// An event waiting for its rebuild is synced at once when the election's
+// timer is due, within the interval: the election must see the nodes
+// gossip has revealed before it campaigns.
+func TestMemberSyncSyncsAtOnceForTheElection(t *testing.T) {
+	s := memberSync{interval: 250 * time.Millisecond}
+	t0 := time.Unix(1000, 0)
+	syncs := 0
+	sync := func() { syncs++ }
+	s.changed(t0, sync)
+	s.changed(t0.Add(10*time.Millisecond), sync) // waits for the interval
+	s.due(t0.Add(20*time.Millisecond), false, sync)
+	if syncs != 1 {
+		t.Fatalf("a tick within the interval: %d rebuilds, want the event to wait", syncs)
+	}
+	s.due(t0.Add(30*time.Millisecond), true, sync)
+	if syncs != 2 {
+		t.Fatalf("the election's timer is due: %d rebuilds, want the waiting event synced at once", syncs)
+	}
+	s.due(t0.Add(40*time.Millisecond), true, sync)
+	if syncs != 2 {
+		t.Fatalf("nothing waits: %d rebuilds, want none more", syncs)
 	}
 }

@@ -238,6 +238,24 @@ func TestRoundCounting(t *testing.T) {
 	}
 }
 
+// TestRoundBudgetFromDispatch: a round dispatched after it started has a
+// whole budget from the dispatch; Sent, and the wait a refusal for another
+// candidate's round asks for, do not move.
+func TestRoundBudgetFromDispatch(t *testing.T) {
+	ns := []Node{{1, "a"}, {2, "b"}, {3, "c"}}
+	t0 := time.Unix(0, 0)
+	rd := NewRound(1, Acquire, 7, Bootstrap(ns), t0, time.Second)
+	rd.Dispatched(t0.Add(700 * time.Millisecond))
+	rd.Dispatched(t0.Add(100 * time.Millisecond)) // an earlier instant never shortens it
+	if rd.Lost(t0.Add(1690*time.Millisecond)) || !rd.Lost(t0.Add(1700*time.Millisecond)) || !rd.Sent.Equal(t0) {
+		t.Fatalf("dispatched 0.7 s after it started: budget ends %v, sent %v; want 1.7 s and 0", rd.Budget.Sub(t0), rd.Sent.Sub(t0))
+	}
+	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Reason: ReasonPromised, Acquiring: true, Age: 400 * time.Millisecond, Remaining: 5 * time.Second})
+	if got := rd.RetryAfter(); got != 600*time.Millisecond {
+		t.Errorf("a promise to an acquire 0.4 s old asks a wait of %v; want the rest of one budget, 0.6 s", got)
+	}
+}
+
 // TestJointRosterNeedsBothMajorities: under a joint roster a round needs a
 // majority of the new set and of the old one.
 func TestJointRosterNeedsBothMajorities(t *testing.T) {

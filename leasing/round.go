@@ -21,8 +21,11 @@ type Round struct {
 	// Sent is when the requests were sent, on the candidate's clock; the
 	// lease's validity is counted from here.
 	Sent time.Time
-	// Budget ends the round: no majority by then is a failure.
+	// Budget ends the round: no majority by then is a failure. It is
+	// counted from Sent, or from when the requests left (Dispatched).
 	Budget time.Time
+
+	budget time.Duration
 
 	granted  map[string]bool
 	replied  map[string]bool
@@ -40,9 +43,21 @@ type Round struct {
 // NewRound starts round seq at sent.
 func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, budget time.Duration) *Round {
 	return &Round{
-		Seq: seq, Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget),
+		Seq: seq, Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget), budget: budget,
 		granted: map[string]bool{}, replied: map[string]bool{}, refusals: map[Reason]int{},
 		reasons: map[string]Reason{},
+	}
+}
+
+// Dispatched records that the requests left at `at`, after Sent: the
+// candidate builds them, then persists the round's epoch before it may
+// send them, and on a loaded host that write can take most of a budget.
+// The budget counts from `at`, so the voters get all of it to answer;
+// Sent, from which the lease's validity counts, stays (earlier is the
+// safe side).
+func (r *Round) Dispatched(at time.Time) {
+	if b := at.Add(r.budget); b.After(r.Budget) {
+		r.Budget = b
 	}
 }
 
@@ -153,9 +168,8 @@ func (r *Round) RetryAfter() time.Duration { return r.maxWait }
 // are assumed to share one acquire budget; a holder that won and has not
 // renewed yet is waited out in full once its budget has passed.
 func (r *Round) promiseWait(rep Reply) time.Duration {
-	budget := r.Budget.Sub(r.Sent)
-	if rep.Acquiring && rep.Age < budget {
-		return min(rep.Remaining, budget-rep.Age)
+	if rep.Acquiring && rep.Age < r.budget {
+		return min(rep.Remaining, r.budget-rep.Age)
 	}
 	return rep.Remaining
 }
