@@ -56,12 +56,19 @@ func (p *peerBook) learnAddrs(members []memberView, r leasing.Roster) {
 		}
 	}
 	p.addr = addr
-	for name := range p.failed {
-		if !keep[name] {
+	for name, f := range p.failed {
+		// A failure for want of an address ends when gossip brings one: the
+		// reasons showed the address beside "no peer address" until the
+		// peer next replied.
+		if !keep[name] || addr[name] != "" && f.cause == noAddrCause {
 			delete(p.failed, name)
 		}
 	}
 }
+
+// noAddrCause is the cause recorded for a message not sent for want of a
+// peer address.
+var noAddrCause = peerCause(errNoPeerAddr)
 
 // sendFailed records that a message to `to` could not be delivered at now
 // (err is the driver's error: a refused connection, a timeout, a failed

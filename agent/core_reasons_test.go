@@ -409,3 +409,24 @@ func TestRoundBudgetCountsFromDispatch(t *testing.T) {
 		t.Errorf("lease deadline %v, want it counted from the round's start %v (the safe side)", r.c.lease.deadline, rd.Sent)
 	}
 }
+
+// TestPeerAddressEndsNoAddressFailure: a voter whose messages failed for
+// want of a peer address is no longer described with that failure once
+// gossip lists its address.
+func TestPeerAddressEndsNoAddressFailure(t *testing.T) {
+	r := newRig(t, 3)
+	r.c.sendFailed(r.now, bully.Node{ID: 2, Name: "n2"}, errNoPeerAddr)
+	r.c.sendFailed(r.now, bully.Node{ID: 3, Name: "n3"}, fmt.Errorf("call: %w", syscall.ECONNREFUSED))
+	var view []memberView
+	for _, mv := range r.c.live {
+		view = append(view, mv)
+	}
+	view = append(view, memberView{Member: bully.Member{Node: rigSelf, Eligible: true}})
+	r.c.setMembers(r.now, view)
+	if got, want := r.c.describePeer(r.now, "n2"), "n2 (10.0.0.12:7947)"; got != want {
+		t.Errorf("n2 described as %q once its address is listed; want %q", got, want)
+	}
+	if got, want := r.c.describePeer(r.now, "n3"), "n3 (10.0.0.13:7947): connection refused"; got != want {
+		t.Errorf("n3 described as %q; want %q (a failure other than a missing address stays until n3 replies)", got, want)
+	}
+}
