@@ -60,16 +60,18 @@ func TestMemberSyncSyncsAtOnceForTheElection(t *testing.T) {
 	sync := func() { syncs++ }
 	s.changed(t0, sync)
 	s.changed(t0.Add(10*time.Millisecond), sync) // waits for the interval
-	s.due(t0.Add(20*time.Millisecond), false, sync)
-	if syncs != 1 {
-		t.Fatalf("a tick within the interval: %d rebuilds, want the event to wait", syncs)
-	}
-	s.due(t0.Add(30*time.Millisecond), true, sync)
-	if syncs != 2 {
-		t.Fatalf("the election's timer is due: %d rebuilds, want the waiting event synced at once", syncs)
-	}
-	s.due(t0.Add(40*time.Millisecond), true, sync)
-	if syncs != 2 {
-		t.Fatalf("nothing waits: %d rebuilds, want none more", syncs)
+	for _, step := range []struct {
+		at     time.Duration
+		urgent bool
+		want   int
+		what   string
+	}{
+		{20 * time.Millisecond, false, 1, "a tick within the interval: the event waits"},
+		{30 * time.Millisecond, true, 2, "the election's timer is due: the waiting event is synced at once"},
+		{40 * time.Millisecond, true, 2, "nothing waits: no rebuild"},
+	} {
+		if s.due(t0.Add(step.at), step.urgent, sync); syncs != step.want {
+			t.Fatalf("%s: %d rebuilds, want %d", step.what, syncs, step.want)
+		}
 	}
 }
