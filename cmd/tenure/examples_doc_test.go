@@ -440,7 +440,8 @@ func TestSystemdExampleReadme(t *testing.T) {
 	base := docPorts(t, 6)
 	group, gid := socketTestGroup(t)
 	notify := filepath.Join(work, "notify")
-	writeScript(t, notify, `env | sort >`+work+`/notify.$TENURE_EVENT.$TENURE_NODE`+"\n")
+	// Written aside, then renamed: the test sees the file only when whole.
+	writeScript(t, notify, `f=`+work+`/notify.$TENURE_EVENT.$TENURE_NODE; env | sort >`+work+`/.tmp.$$ && mv `+work+`/.tmp.$$ "$f"`+"\n")
 	hostEnv := func(i int) []string {
 		vars := map[string]string{}
 		for _, kv := range unit["Environment"] {
@@ -569,7 +570,10 @@ func TestSystemdExampleReadme(t *testing.T) {
 
 	// myjob.service on every host: only the leader's starts myjob.
 	myjobBin := filepath.Join(work, "myjob")
-	writeScript(t, myjobBin, `env | sort >`+work+`/myjob.$TENURE_LEADER; exec sleep 600`+"\n")
+	// Written aside, then renamed: the test waits for the file, and reads
+	// it whole (it once read it between the shell's creating it and sort's
+	// writing it: an empty environment).
+	writeScript(t, myjobBin, `env | sort >`+work+`/.tmp.$$ && mv `+work+`/.tmp.$$ `+work+`/myjob.$TENURE_LEADER; exec sleep 600`+"\n")
 	var runs []*bgProc
 	for i := 1; i <= 3; i++ {
 		env := append([]string{}, myjob["Environment"]...)
