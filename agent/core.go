@@ -47,10 +47,6 @@ type core struct {
 	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	jumps jumpReport            // refused epoch jumps, for the log
 
-	// roundQueued: the requests of the round in flight are queued, not
-	// yet handed to the transport (dispatched).
-	roundQueued bool
-
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
 	lease struct {

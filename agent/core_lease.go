@@ -31,7 +31,6 @@ func (c *core) acquire(now time.Time, epoch uint64) {
 func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leasing.Roster) {
 	c.seq++
 	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, c.cfg.Lease.AcquireBudget)
-	c.roundQueued = true
 	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
@@ -51,10 +50,9 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 // of the 1 s budget, and rounds failed with no reply from any voter,
 // burning the epoch and racing the other candidates.
 func (c *core) dispatched(now time.Time) {
-	if c.round != nil && c.roundQueued {
-		c.round.Dispatched(now)
+	if c.round != nil {
+		c.round.Dispatched(now) // only the first flush after the round started counts
 	}
-	c.roundQueued = false
 }
 
 // addReply counts a voter's reply in the round in flight.

@@ -246,7 +246,7 @@ func TestRoundBudgetFromDispatch(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	rd := NewRound(1, Acquire, 7, Bootstrap(ns), t0, time.Second)
 	rd.Dispatched(t0.Add(700 * time.Millisecond))
-	rd.Dispatched(t0.Add(100 * time.Millisecond)) // an earlier instant never shortens it
+	rd.Dispatched(t0.Add(100 * time.Millisecond)) // the requests left once: a second call changes nothing
 	if rd.Lost(t0.Add(1690*time.Millisecond)) || !rd.Lost(t0.Add(1700*time.Millisecond)) || !rd.Sent.Equal(t0) {
 		t.Fatalf("dispatched 0.7 s after it started: budget ends %v, sent %v; want 1.7 s and 0", rd.Budget.Sub(t0), rd.Sent.Sub(t0))
 	}

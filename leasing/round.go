@@ -25,7 +25,8 @@ type Round struct {
 	// counted from Sent, or from when the requests left (Dispatched).
 	Budget time.Time
 
-	budget time.Duration
+	budget     time.Duration
+	dispatched bool // Dispatched was called
 
 	granted  map[string]bool
 	replied  map[string]bool
@@ -54,8 +55,12 @@ func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, bud
 // send them, and on a loaded host that write can take most of a budget.
 // The budget counts from `at`, so the voters get all of it to answer;
 // Sent, from which the lease's validity counts, stays (earlier is the
-// safe side).
+// safe side). The requests leave once: later calls change nothing.
 func (r *Round) Dispatched(at time.Time) {
+	if r.dispatched {
+		return
+	}
+	r.dispatched = true
 	if b := at.Add(r.budget); b.After(r.Budget) {
 		r.Budget = b
 	}
