@@ -69,15 +69,16 @@ type Agent struct {
 	isolated atomic.Bool
 	drained  atomic.Bool // see drain.go; written only by the driver
 
-	ctx      context.Context // cancelled by Shutdown and Halt
-	cancel   context.CancelFunc
-	loopDone chan struct{}
-	done     chan struct{} // closed when the agent has stopped
-	errMu    sync.Mutex
-	err      error          // why the agent stopped by itself
-	sends    sync.WaitGroup // outbound peer messages in flight
-	stops    sync.WaitGroup // stopWait goroutines and the tag publisher
-	stopOnce sync.Once
+	ctx        context.Context // cancelled by Shutdown and Halt
+	cancel     context.CancelFunc
+	loopDone   chan struct{}
+	done       chan struct{} // closed when the agent has stopped
+	errMu      sync.Mutex
+	err        error          // why the agent stopped by itself
+	sends      sync.WaitGroup // outbound peer messages in flight
+	announcing announcements  // the COORDINATORs among them
+	stops      sync.WaitGroup // stopWait goroutines and the tag publisher
+	stopOnce   sync.Once
 }
 
 // Start validates cfg, checks before opening anything that the state files

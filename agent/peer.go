@@ -8,10 +8,22 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/gossip"
 )
 
 // sendTimeout bounds one outbound peer message.
 const sendTimeout = 2 * time.Second
+
+// announceTimeout bounds a COORDINATOR. A new term is announced to every
+// member at once, most of them over new connections, and on a loaded host
+// their handshakes outlast sendTimeout: while 100 agents started on two
+// cores, the first leader's 99 COORDINATORs all failed after 2 s with
+// "i/o timeout", and most members learned the term only from the
+// announcements 3 and 6 s later, the handshakes having finished in the
+// meantime. An announcement may wait for its connection's handshake
+// (gossip.DefaultDialTimeout) and an exchange after it; its reply is only
+// a claim (bully step 5), which comes as well late as not at all.
+const announceTimeout = gossip.DefaultDialTimeout + time.Second
 
 var (
 	errStopped  = errors.New("agent: stopped")
@@ -66,6 +78,15 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		a.log.Error("encode peer message", "err", err)
 		return
 	}
+	timeout, finish := sendTimeout, func() {}
+	if m := msg.env.Bully; m != nil && m.Type == bully.MsgCoordinator {
+		var ok bool
+		if finish, ok = a.announcing.start(*m); !ok {
+			a.counts.add("send.coordinator_repeat_skipped")
+			return
+		}
+		timeout = announceTimeout
+	}
 	a.counts.add("send." + msg.env.kind())
 	a.counts.addN("send_bytes."+msg.env.kind(), uint64(len(body)))
 	a.sends.Add(1)
@@ -73,7 +94,8 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 	go func() {
 		defer a.sends.Done()
 		defer sent.Done()
-		ctx, cancel := context.WithTimeout(a.ctx, sendTimeout)
+		defer finish()
+		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		defer cancel()
 		resp, err := a.peers.Call(ctx, addr, body)
 		if err != nil {
@@ -165,4 +187,43 @@ func (a *Agent) resignForShutdown(ctx context.Context) {
 	}
 	waitSent(ctx, sent)
 	a.log.Info("resigned leadership for shutdown")
+}
+
+// announcements tracks the COORDINATORs in flight, by receiver, so that a
+// leader's periodic announcement is not sent again to a member that has
+// not yet taken the last one (its connection still being set up): a second
+// call would dial a second connection. An announcement of another term
+// goes at once.
+type announcements struct {
+	mu       sync.Mutex
+	inFlight map[string]*announcement // by receiver name
+}
+
+// announcement is one COORDINATOR in flight.
+type announcement struct {
+	leader bully.Node
+	term   uint64
+}
+
+// start registers m, a COORDINATOR, as in flight. It returns false when
+// the same term's announcement to the same node is in flight already;
+// otherwise finish, to be called when the call has ended.
+func (s *announcements) start(m bully.Message) (finish func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.inFlight[m.To.Name]; cur != nil && cur.leader == m.Leader && cur.term == m.Term {
+		return nil, false
+	}
+	if s.inFlight == nil {
+		s.inFlight = map[string]*announcement{}
+	}
+	an := &announcement{leader: m.Leader, term: m.Term}
+	s.inFlight[m.To.Name] = an
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inFlight[m.To.Name] == an {
+			delete(s.inFlight, m.To.Name)
+		}
+	}, true
 }
