@@ -141,11 +141,17 @@ func (c *core) listSilent(now time.Time, silent []leasing.Node) string {
 	return joinBounded(len(silent), "; ", func(i int) string { return c.describePeer(now, silent[i].Name) })
 }
 
-// listRefused names the voters that refused, with their reasons:
-// "n2 (promised), n4 (stale-epoch)".
+// listRefused names the voters that refused, with their reasons and, for
+// a promise, its holder: "n2 (promised to n5), n4 (stale-epoch)". While a
+// fleet starts, which candidate holds the voters is what tells a round
+// that collided with another from one that found a leader.
 func listRefused(refused []leasing.Refusal) string {
 	return joinBounded(len(refused), ", ", func(i int) string {
-		return fmt.Sprintf("%s (%s)", refused[i].Voter.Name, refused[i].Reason)
+		r := refused[i]
+		if r.Reason == leasing.ReasonPromised && r.Holder.Name != "" {
+			return fmt.Sprintf("%s (%s to %s)", r.Voter.Name, r.Reason, r.Holder.Name)
+		}
+		return fmt.Sprintf("%s (%s)", r.Voter.Name, r.Reason)
 	})
 }
 
@@ -163,7 +169,7 @@ func joinBounded(n int, sep string, item func(int) string) string {
 
 // describeRound says why a lease round failed: the grants against the
 // need, who refused and why, and who did not answer, e.g. "1 of 2 needed
-// grants; refused: n2 (promised); no reply from 1 of 3 voters: n3
+// grants; refused: n2 (promised to n1); no reply from 1 of 3 voters: n3
 // (10.0.0.13:7947): connection refused".
 func (c *core) describeRound(now time.Time, rd *leasing.Round) string {
 	q := rd.Quorum()

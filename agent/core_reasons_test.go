@@ -31,6 +31,7 @@ type rig struct {
 type peerPlay struct {
 	grant  bool           // grants lease requests
 	refuse leasing.Reason // refuses them with this reason
+	holder bully.Node     // the holder of its promise, when it refuses as promised
 	err    error          // every message to it fails with err
 	silent bool           // never answers, and no error is seen
 	hold   bool           // its lease replies wait until release
@@ -118,6 +119,9 @@ func (r *rig) reply(m outMsg, p peerPlay) *envelope {
 		rep := leasing.Reply{Seq: env.Lease.Seq, Epoch: env.Lease.Epoch, Voter: toLeasing(m.to), Highest: env.Lease.Epoch}
 		if rep.Granted = p.grant; !p.grant {
 			rep.Reason, rep.Highest = p.refuse, 0
+			if p.refuse == leasing.ReasonPromised {
+				rep.Holder, rep.Remaining = toLeasing(p.holder), time.Second
+			}
 		}
 		return &envelope{LeaseReply: &rep}
 	}
@@ -247,18 +251,19 @@ func (c *core) leaderAfter(r *rig, d time.Duration) (time.Duration, error) {
 }
 
 // TestFailedAcquireNamesRefusalsAndSilence: a failed acquire says how many
-// grants it had of how many needed, which voters refused and why, and
+// grants it had of how many needed, which voters refused and why (for a
+// promise, to whom), and
 // which did not answer, with their peer address and last error; status,
 // its quorum count and the log agree.
 func TestFailedAcquireNamesRefusalsAndSilence(t *testing.T) {
 	r := newRig(t, 5)
-	r.peers["n2"] = peerPlay{refuse: leasing.ReasonPromised}
+	r.peers["n2"] = peerPlay{refuse: leasing.ReasonPromised, holder: bully.Node{ID: 1, Name: "n1"}}
 	r.peers["n3"] = peerPlay{refuse: leasing.ReasonStaleEpoch}
 	r.peers["n5"] = peerPlay{silent: true}
 	r.c.sendFailed(r.now, bully.Node{ID: 5, Name: "n5"},
 		fmt.Errorf("gossip: call 10.0.0.15:7947: gossip: peer unreachable: dial tcp 10.0.0.15:7947: connect: %w", syscall.EHOSTUNREACH))
 	st := r.runUntil(3*time.Second, func(st snapshot) bool { return st.state == "no-quorum" })
-	want := "no quorum: 2 of 3 needed grants; refused: n2 (promised), n3 (stale-epoch); " +
+	want := "no quorum: 2 of 3 needed grants; refused: n2 (promised to n1), n3 (stale-epoch); " +
 		"no reply from 1 of 5 voters: n5 (10.0.0.15:7947): no route to host"
 	if st.state != "no-quorum" || st.reason != want {
 		t.Fatalf("state %q, reason %q; want no-quorum and %q", st.state, st.reason, want)
@@ -266,7 +271,7 @@ func TestFailedAcquireNamesRefusalsAndSilence(t *testing.T) {
 	if st.quorum != (leasing.Quorum{Have: 2, Need: 3}) {
 		t.Errorf("quorum %+v, want the failed round's 2 of 3", st.quorum)
 	}
-	if logs := r.logs.String(); !strings.Contains(logs, "lease not acquired") || !strings.Contains(logs, "refused: n2 (promised)") {
+	if logs := r.logs.String(); !strings.Contains(logs, "lease not acquired") || !strings.Contains(logs, "refused: n2 (promised to n1)") {
 		t.Errorf("the failed acquire is not logged with its reason:\n%s", logs)
 	}
 }

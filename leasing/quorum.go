@@ -38,6 +38,9 @@ func countSet(set []Node, granted func(Node) bool) Quorum {
 type Refusal struct {
 	Voter  Node
 	Reason Reason
+	// Holder is whom the voter had promised, for ReasonPromised (zero when
+	// the voter did not say).
+	Holder Node
 }
 
 // Refused returns the refusals so far, ordered by voter name.
@@ -45,7 +48,7 @@ func (r *Round) Refused() []Refusal {
 	out := make([]Refusal, 0, len(r.reasons))
 	for _, v := range r.Roster.Members() {
 		if reason, ok := r.reasons[v.Name]; ok {
-			out = append(out, Refusal{Voter: v, Reason: reason})
+			out = append(out, Refusal{Voter: v, Reason: reason, Holder: r.holderOf[v.Name]})
 		}
 	}
 	return out

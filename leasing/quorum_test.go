@@ -61,14 +61,15 @@ func TestRosterNeed(t *testing.T) {
 }
 
 // TestRoundNamesRefusalsAndSilence: a round tells who refused, with the
-// reason, and who has not answered.
+// reason (and for a promise, its holder), and who has not answered.
 func TestRoundNamesRefusalsAndSilence(t *testing.T) {
 	a, b, c, d := Node{1, "a"}, Node{2, "b"}, Node{3, "c"}, Node{4, "d"}
 	rd := NewRound(1, Acquire, 3, Bootstrap([]Node{a, b, c, d}), time.Unix(0, 0), time.Second)
-	rd.Add(Reply{Seq: 1, Epoch: 3, Voter: d, Reason: ReasonPromised})
+	e := Node{5, "e"}
+	rd.Add(Reply{Seq: 1, Epoch: 3, Voter: d, Reason: ReasonPromised, Holder: e, Remaining: time.Second})
 	rd.Add(Reply{Seq: 1, Epoch: 3, Voter: a, Granted: true})
 	rd.Add(Reply{Seq: 1, Epoch: 3, Voter: b, Reason: ReasonStaleEpoch})
-	if got := fmt.Sprint(rd.Refused()); got != "[{{2 b} stale-epoch} {{4 d} promised}]" {
+	if got := fmt.Sprint(rd.Refused()); got != "[{{2 b} stale-epoch {0 }} {{4 d} promised {5 e}}]" {
 		t.Errorf("refused %s", got)
 	}
 	if got := fmt.Sprint(rd.Silent()); got != "[{3 c}]" {

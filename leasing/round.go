@@ -36,6 +36,7 @@ type Round struct {
 	holders  []Node        // the holders of the promises that refused the round
 	refusals map[Reason]int
 	reasons  map[string]Reason // each refusing voter's reason, by name
+	holderOf map[string]Node   // whom each voter that refused as promised had promised
 	longest  time.Duration     // longest TTL any granting voter ever promised
 	unknown  bool              // a granting voter's record has no TTL
 	earlier  bool              // a granting voter had granted before
@@ -46,7 +47,7 @@ func NewRound(seq uint64, kind Kind, epoch uint64, r Roster, sent time.Time, bud
 	return &Round{
 		Seq: seq, Kind: kind, Epoch: epoch, Roster: r, Sent: sent, Budget: sent.Add(budget), budget: budget,
 		granted: map[string]bool{}, replied: map[string]bool{}, refusals: map[Reason]int{},
-		reasons: map[string]Reason{},
+		reasons: map[string]Reason{}, holderOf: map[string]Node{},
 	}
 }
 
@@ -92,6 +93,7 @@ func (r *Round) Add(rep Reply) {
 	if rep.Reason == ReasonPromised {
 		r.maxWait = max(r.maxWait, r.promiseWait(rep))
 		r.holders = append(r.holders, rep.Holder)
+		r.holderOf[rep.Voter.Name] = rep.Holder
 	}
 	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
 		rep.Roster.Newer(r.Roster) && (r.newer == nil || rep.Roster.Newer(*r.newer)) {
