@@ -49,7 +49,10 @@ type core struct {
 
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
-	lease struct {
+	// abandoned are this node's recent acquire rounds that failed, by
+	// epoch, for releaseLateGrant.
+	abandoned map[uint64]abandonedRound
+	lease     struct {
 		epoch    uint64    // the term being led; 0 when none
 		acting   bool      // the machine led the term (it may have acted)
 		deadline time.Time // end of validity on this node's clock

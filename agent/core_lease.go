@@ -55,14 +55,69 @@ func (c *core) dispatched(now time.Time) {
 	}
 }
 
-// addReply counts a voter's reply in the round in flight.
+// addReply counts a voter's reply in the round in flight; a grant for an
+// acquire round that failed earlier is released (releaseLateGrant).
 func (c *core) addReply(now time.Time, rep leasing.Reply) {
-	if c.round == nil {
+	if c.round == nil || rep.Seq != c.round.Seq {
+		c.releaseLateGrant(rep)
 		return
 	}
 	c.round.Add(rep)
 	c.evaluate(now)
 }
+
+// abandonedRound is an acquire round of this node that failed: the
+// release sent at its end went to every voter of its roster.
+type abandonedRound struct {
+	seq    uint64 // its requests' number: a reply to a release carries none
+	at     time.Time
+	roster leasing.Roster
+}
+
+// releaseLateGrant answers a grant that arrives after its acquire round
+// failed with another release to that voter. The release sent when the
+// round failed either reached the voter first, and the late acquire was
+// then refused (its epoch under the released floor), or came after the
+// grant and dropped it, or was lost: then the voter holds a promise to a
+// round nobody will use for a whole TTL, and refuses every other
+// candidate meanwhile. While 100 agents started on two cores, releases
+// were lost to connections that took longer than a call to set up, and
+// the highest candidate, refused by three voters promised elsewhere,
+// waited 6 s. Only epochs of this node's own failed acquires qualify: a
+// renewal's grant belongs to a term, whose release waits for its local
+// work (stopwait.go), and a voter drops a promise only for the very
+// holder and epoch it names.
+func (c *core) releaseLateGrant(rep leasing.Reply) {
+	ab, ok := c.abandoned[rep.Epoch]
+	if !ok || !rep.Granted || rep.Seq != ab.seq || !ab.roster.Contains(rep.Voter) {
+		return
+	}
+	c.count("lease.late_grant_released")
+	c.log.Debug("releasing a grant that came after its round failed", "voter", rep.Voter.Name, "epoch", rep.Epoch)
+	req := leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: rep.Epoch,
+		ClusterID: ab.roster.ClusterID, RosterVersion: ab.roster.Version, RosterEpoch: ab.roster.Epoch}
+	c.out = append(c.out, outMsg{to: toBully(rep.Voter), env: envelope{Lease: &req}})
+}
+
+// abandon records a failed acquire round for releaseLateGrant, and forgets
+// those whose promises have run out by now.
+func (c *core) abandon(now time.Time, rd *leasing.Round) {
+	if c.abandoned == nil {
+		c.abandoned = map[uint64]abandonedRound{}
+	}
+	for e, ab := range c.abandoned {
+		if now.Sub(ab.at) > abandonedFor*c.cfg.Lease.TTL {
+			delete(c.abandoned, e)
+		}
+	}
+	c.abandoned[rd.Epoch] = abandonedRound{seq: rd.Seq, at: now, roster: rd.Roster}
+}
+
+// abandonedFor is how many of this node's TTLs a failed acquire's late
+// grants are still released: the promise they made runs one TTL from the
+// grant, and the grant may come late; three covers a grant held up as long
+// as the promise itself, with room.
+const abandonedFor = 3
 
 // evaluate concludes the round in flight once it is won or lost.
 func (c *core) evaluate(now time.Time) {
@@ -96,6 +151,7 @@ func (c *core) evaluate(now time.Time) {
 		c.count("lease.acquire_failed")
 		c.acquireFailed(now, rd)
 		c.sendRelease(now, rd.Epoch, rd.Roster)
+		c.abandon(now, rd)
 		if c.collidedBelow(rd) {
 			c.m.AcquireCollided(now, rd.Epoch, rd.Highest(), rd.RetryAfter())
 		} else {

@@ -435,3 +435,61 @@ func TestPeerAddressEndsNoAddressFailure(t *testing.T) {
 		t.Errorf("n3 described as %q; want %q (a failure other than a missing address stays until n3 replies)", got, want)
 	}
 }
+
+// TestLateGrantOfFailedAcquireIsReleased: a voter whose grant comes after
+// the candidate's acquire round failed is sent a release for it at once
+// (the release at the round's end may have been lost), so it does not
+// hold a promise nobody uses for a TTL; a late refusal, a grant of an
+// epoch that was no failed acquire of this node, or the answer to a
+// release, gets none.
+func TestLateGrantOfFailedAcquireIsReleased(t *testing.T) {
+	r := newRig(t, 3)
+	r.peers["n2"] = peerPlay{grant: true, hold: true}
+	r.peers["n3"] = peerPlay{refuse: leasing.ReasonPromised, holder: bully.Node{ID: 1, Name: "n1"}}
+	var acquire *outMsg
+	r.runUntil(5*time.Second, func(snapshot) bool {
+		for i, m := range r.held {
+			if m.env.Lease.Kind == leasing.Acquire {
+				acquire = &r.held[i]
+			}
+		}
+		return acquire != nil && r.c.round == nil
+	})
+	if acquire == nil || r.c.round != nil || r.c.leaseValid(r.now) {
+		t.Fatalf("want n9's acquire to fail with n2's grant held (acquire held: %v, round in flight: %v)", acquire != nil, r.c.round != nil)
+	}
+	late := func(rep leasing.Reply) []outMsg {
+		r.c.receive(r.now, envelope{LeaseReply: &rep})
+		return r.c.ready()
+	}
+	releases := func(out []outMsg) (to []string) {
+		for _, m := range out {
+			if m.env.Lease != nil && m.env.Lease.Kind == leasing.Release {
+				to = append(to, fmt.Sprintf("%s@%d", m.to.Name, m.env.Lease.Epoch))
+			}
+		}
+		return to
+	}
+	req := acquire.env.Lease
+	n2 := leasing.Node{ID: 2, Name: "n2"}
+	if got := releases(late(leasing.Reply{Seq: req.Seq, Epoch: req.Epoch, Voter: n2, Reason: leasing.ReasonPromised})); len(got) != 0 {
+		t.Errorf("a late refusal was answered with releases %v", got)
+	}
+	if got := releases(late(leasing.Reply{Seq: req.Seq, Epoch: req.Epoch + 7, Voter: n2, Granted: true})); len(got) != 0 {
+		t.Errorf("a grant of an epoch n9 never tried was answered with releases %v", got)
+	}
+	out := late(leasing.Reply{Seq: req.Seq, Epoch: req.Epoch, Voter: n2, Granted: true})
+	got := releases(out)
+	if want := fmt.Sprintf("n2@%d", req.Epoch); len(got) != 1 || got[0] != want {
+		t.Fatalf("n2's late grant of the failed acquire was answered with releases %v, want [%s]", got, want)
+	}
+	// A voter answers a release as granted, echoing its (zero) number: that
+	// answer is no grant to release again.
+	for _, m := range out {
+		if rel := m.env.Lease; rel != nil && rel.Kind == leasing.Release {
+			if again := releases(late(leasing.Reply{Seq: rel.Seq, Epoch: rel.Epoch, Voter: n2, Granted: true})); len(again) != 0 {
+				t.Errorf("the answer to the release was answered with releases %v", again)
+			}
+		}
+	}
+}
