@@ -47,7 +47,10 @@ func (c *counters) snapshot() map[string]uint64 {
 // away at its limits ("socket.refused"); bytes of peer messages
 // ("send_bytes.KIND", "recv_bytes.KIND"); lease rounds and expiries
 // ("lease.acquired", "lease.acquire_failed", "lease.renewed",
-// "lease.renew_failed", "lease.expired"); candidacies and terms led
+// "lease.renew_failed", "lease.expired", and "lease.late_grant_released":
+// grants that came after their acquire round failed, released again);
+// periodic announcements not repeated to a member the last one had not
+// yet reached ("announce.repeat_skipped"); candidacies and terms led
 // ("election.started", "election.won"); hook runs and their time by
 // outcome ("hook.OUTCOME", "hook_ms.OUTCOME"); and the reports of `tenure
 // run` clients ("run.started", "run.stopped"). Package agent/metrics

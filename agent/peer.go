@@ -17,12 +17,12 @@ const sendTimeout = 2 * time.Second
 // announceTimeout bounds a COORDINATOR. A new term is announced to every
 // member at once, most of them over new connections, and on a loaded host
 // their handshakes outlast sendTimeout: while 100 agents started on two
-// cores, the first leader's 99 COORDINATORs all failed after 2 s with
+// cores, 80 of the first leader's 99 COORDINATORs failed after 2 s with
 // "i/o timeout", and most members learned the term only from the
 // announcements 3 and 6 s later, the handshakes having finished in the
 // meantime. An announcement may wait for its connection's handshake
-// (gossip.DefaultDialTimeout) and an exchange after it; its reply is only
-// a claim (bully step 5), which comes as well late as not at all.
+// (gossip.DefaultDialTimeout) and an exchange after it; its reply carries
+// at most a claim (bully step 5), which may as well come late.
 const announceTimeout = gossip.DefaultDialTimeout + time.Second
 
 var (
@@ -82,7 +82,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 	if m := msg.env.Bully; m != nil && m.Type == bully.MsgCoordinator {
 		var ok bool
 		if finish, ok = a.announcing.start(*m); !ok {
-			a.counts.add("send.coordinator_repeat_skipped")
+			a.counts.add("announce.repeat_skipped")
 			return
 		}
 		timeout = announceTimeout
