@@ -2,6 +2,7 @@ package leasing
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -377,5 +378,39 @@ func TestRefusedCandidateWaitsForAcquiringRound(t *testing.T) {
 	}
 	if rep, got := wait(2*time.Second+100*time.Millisecond, 4); rep.Acquiring || got != ttl-100*time.Millisecond {
 		t.Fatalf("after a's renewal: %+v, wait %v; want the whole promise", rep, got)
+	}
+}
+
+// TestOtherReleasesKeepResignedLeadersRelease: a voter remembers a
+// resigned leader's release although other nodes release their own terms
+// after it (failed candidates do, at a loaded start): the leader's
+// renewal that the release overtook is still refused, and the voter still
+// reports that release of the node it promised last. With one slot for
+// the last release, a failed candidate's release made the voter grant
+// the overtaken renewal and promise the resigned leader again for a TTL.
+func TestOtherReleasesKeepResignedLeadersRelease(t *testing.T) {
+	x, v := Node{1, "x"}, Node{3, "v"}
+	r := Bootstrap([]Node{x, v})
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	req := func(k Kind, c Node, e uint64) Request {
+		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	}
+	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
+	if rep := vt.Handle(t0, req(Acquire, x, 5), r); !rep.Granted {
+		t.Fatalf("x's acquire refused: %s", rep.Reason)
+	}
+	vt.Handle(t0.Add(1), req(Release, x, 5), r) // x resigns
+	// Failed candidates release epochs this voter never granted them;
+	// more of them than it remembers.
+	for i := range maxReleasers + 2 {
+		c := Node{uint64(10 + i), fmt.Sprintf("c%d", i)}
+		vt.Handle(t0.Add(2), req(Release, c, uint64(6+i)), r)
+	}
+	if rep := vt.Handle(t0.Add(3), req(Renew, x, 5), r); rep.Granted || rep.Reason != ReasonStaleEpoch {
+		t.Errorf("x's renewal overtaken by its release: granted=%v reason=%q, want refused as %q", rep.Granted, rep.Reason, ReasonStaleEpoch)
+	}
+	if st := vt.Standing(t0.Add(3)); st.Released != x || st.ReleasedEpoch != 5 {
+		t.Errorf("standing reports the release of %v epoch %d, want x's of epoch 5", st.Released, st.ReleasedEpoch)
 	}
 }

@@ -46,13 +46,15 @@ type Voter struct {
 	expiry  time.Time
 	granted time.Time // when the holder's last request was granted
 	renewed bool      // the holder's last granted request was a renewal
-	// released is the last term released by its holder: a renewal of it
-	// that arrives late (reordered after the release) is refused, so a
-	// resigned leader is not promised again.
-	released struct {
-		holder Node
-		epoch  uint64
-	}
+	// released is, by holder, the highest term it released: a renewal of
+	// it that arrives late (reordered after the release) is refused, so a
+	// resigned leader is not promised again. It remembers the last
+	// maxReleasers holders: one slot for the last release alone let any
+	// other node's release (a failed candidate's) make the voter forget
+	// the resigned leader's. lastHolder is the node last promised, whose
+	// release Standing reports.
+	released   map[Node]uint64
+	lastHolder Node
 	// releasedFloor is the highest epoch any release named. An acquire
 	// at or below it is refused: it is a candidate's request that arrived
 	// after the same candidate gave the round up and released it (on an
@@ -101,6 +103,7 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 		return v.reply(now, false, ReasonStorage)
 	}
 	v.holder, v.epoch, v.expiry, v.granted = req.Candidate, req.Epoch, now.Add(req.TTL), now
+	v.lastHolder = req.Candidate
 	v.renewed = req.Kind == Renew
 	rep := v.reply(now, true, "")
 	rep.First = first
@@ -122,7 +125,7 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonRestarting, nil
 	case v.promisedElsewhere(now, req.Candidate):
 		return ReasonPromised, nil
-	case req.Kind == Renew && req.Candidate == v.released.holder && req.Epoch <= v.released.epoch:
+	case req.Kind == Renew && req.Epoch <= v.released[req.Candidate]:
 		return ReasonStaleEpoch, nil // a late renewal of a released term
 	case req.Kind == Renew && req.Candidate == v.holder && req.Epoch < v.epoch:
 		// A late renewal of an earlier term of the holder's, which has
@@ -160,11 +163,42 @@ func (v *Voter) release(req Request) {
 	if v.holder == req.Candidate && v.epoch == req.Epoch {
 		v.holder, v.epoch, v.expiry, v.granted = Node{}, 0, time.Time{}, time.Time{}
 	}
-	if req.Candidate != v.released.holder || req.Epoch > v.released.epoch {
-		v.released.holder, v.released.epoch = req.Candidate, req.Epoch
+	if req.Epoch > v.released[req.Candidate] {
+		if v.released == nil {
+			v.released = map[Node]uint64{}
+		}
+		v.released[req.Candidate] = req.Epoch
+		v.forgetOldReleases(req.Candidate)
 	}
 	if req.Epoch <= v.store.Epoch()+maxReleasedJump {
 		v.releasedFloor = max(v.releasedFloor, req.Epoch)
+	}
+}
+
+// maxReleasers is how many holders' releases a voter remembers.
+const maxReleasers = 8
+
+// forgetOldReleases keeps the releases of the maxReleasers holders with
+// the highest epochs, and always those of keep (the node that just
+// released) and of the node this voter promised last, whose overtaken
+// renewal is the one to refuse: failed candidates' releases, however
+// many, do not push it out.
+func (v *Voter) forgetOldReleases(keep Node) {
+	for len(v.released) > maxReleasers {
+		var low Node
+		found := false
+		for n, e := range v.released {
+			if n == keep || n == v.lastHolder {
+				continue
+			}
+			if !found || e < v.released[low] || e == v.released[low] && n.Name < low.Name {
+				low, found = n, true
+			}
+		}
+		if !found {
+			return
+		}
+		delete(v.released, low)
 	}
 }
 
@@ -197,8 +231,10 @@ type Standing struct {
 	// new term as far as time goes: its promise and its restart hold are
 	// over (the epoch and roster rules still apply).
 	Free time.Time
-	// Released and ReleasedEpoch name the last term its holder released
-	// (zero when none): a promise that ended early, not one that ran out.
+	// Released and ReleasedEpoch name the last term released by the node
+	// this voter promised last (zero when none): a promise that ended
+	// early, not one that ran out. Another node's release, such as a
+	// failed candidate's, does not hide it.
 	Released      Node
 	ReleasedEpoch uint64
 }
@@ -206,7 +242,10 @@ type Standing struct {
 // Standing returns the voter's promise at now. A candidate that asks for
 // a new term before Free is refused (promised or restarting).
 func (v *Voter) Standing(now time.Time) Standing {
-	st := Standing{Free: now, Released: v.released.holder, ReleasedEpoch: v.released.epoch}
+	st := Standing{Free: now}
+	if e, ok := v.released[v.lastHolder]; ok {
+		st.Released, st.ReleasedEpoch = v.lastHolder, e
+	}
 	if v.started.After(st.Free) {
 		st.Free = v.started
 	}
