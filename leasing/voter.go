@@ -48,11 +48,11 @@ type Voter struct {
 	renewed bool      // the holder's last granted request was a renewal
 	// released is, by holder, the highest term it released: a renewal of
 	// it that arrives late (reordered after the release) is refused, so a
-	// resigned leader is not promised again. It remembers the last
-	// maxReleasers holders: one slot for the last release alone let any
-	// other node's release (a failed candidate's) make the voter forget
-	// the resigned leader's. lastHolder is the node last promised, whose
-	// release Standing reports.
+	// resigned leader is not promised again. It remembers at most
+	// maxReleasers holders (forgetOldReleases): one slot for the last
+	// release alone let any other node's release (a failed candidate's)
+	// make the voter forget the resigned leader's. lastHolder is the node
+	// last promised, whose release Standing reports.
 	released   map[Node]uint64
 	lastHolder Node
 	// releasedFloor is the highest epoch any release named. An acquire
