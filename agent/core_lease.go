@@ -94,8 +94,7 @@ func (c *core) releaseLateGrant(rep leasing.Reply) {
 	}
 	c.count("lease.late_grant_released")
 	c.log.Debug("releasing a grant that came after its round failed", "voter", rep.Voter.Name, "epoch", rep.Epoch)
-	req := leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: rep.Epoch,
-		ClusterID: ab.roster.ClusterID, RosterVersion: ab.roster.Version, RosterEpoch: ab.roster.Epoch}
+	req := c.releaseRequest(rep.Epoch, ab.roster)
 	c.out = append(c.out, outMsg{to: toBully(rep.Voter), env: envelope{Lease: &req}})
 }
 
@@ -287,8 +286,7 @@ func (c *core) stopped(now time.Time, epoch uint64) {
 }
 
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
-	req := leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: epoch,
-		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch}
+	req := c.releaseRequest(epoch, r)
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
 			c.vote(now, req)
@@ -296,6 +294,12 @@ func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
 		}
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
 	}
+}
+
+// releaseRequest is this node's release of epoch, under roster r.
+func (c *core) releaseRequest(epoch uint64, r leasing.Roster) leasing.Request {
+	return leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: epoch,
+		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch}
 }
 
 // leading reports whether the machine is in the leader state.

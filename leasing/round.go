@@ -33,7 +33,6 @@ type Round struct {
 	highest  uint64
 	newer    *Roster
 	maxWait  time.Duration // longest promise to another holder among refusals
-	holders  []Node        // the holders of the promises that refused the round
 	refusals map[Reason]int
 	reasons  map[string]Reason // each refusing voter's reason, by name
 	holderOf map[string]Node   // whom each voter that refused as promised had promised
@@ -92,7 +91,6 @@ func (r *Round) Add(rep Reply) {
 	r.reasons[rep.Voter.Name] = rep.Reason
 	if rep.Reason == ReasonPromised {
 		r.maxWait = max(r.maxWait, r.promiseWait(rep))
-		r.holders = append(r.holders, rep.Holder)
 		r.holderOf[rep.Voter.Name] = rep.Holder
 	}
 	if rep.Roster != nil && rep.Roster.ClusterID == r.Roster.ClusterID &&
@@ -182,8 +180,16 @@ func (r *Round) promiseWait(rep Reply) time.Duration {
 }
 
 // PromisedTo returns the holders of the promises that refused the round,
-// one for each voter that refused it as promised.
-func (r *Round) PromisedTo() []Node { return r.holders }
+// one for each voter that refused it as promised, in the roster's order.
+func (r *Round) PromisedTo() []Node {
+	var out []Node
+	for _, v := range r.Roster.Members() {
+		if h, ok := r.holderOf[v.Name]; ok {
+			out = append(out, h)
+		}
+	}
+	return out
+}
 
 // Refusals counts the refusals by reason.
 func (r *Round) Refusals() map[Reason]int { return r.refusals }
