@@ -9,8 +9,12 @@ FUZZTIME ?= 20000x
 
 .PHONY: build demo cluster test check fuzz-short fuzz sim scale nemesis soak bench-compare bench-compare-short
 
+# The release build: a static binary (no cgo, so no C library to match on
+# the hosts it is copied to) without urfave/cli's Markdown and man-page
+# generators, which tenure does not use. internal/tenurebuild builds the
+# same way for the tests that run real agent processes; keep the two in step.
 build:
-	$(GO) build -o bin/tenure ./cmd/tenure
+	CGO_ENABLED=0 $(GO) build -tags urfave_cli_no_docs -o bin/tenure ./cmd/tenure
 
 # The fencing story on loopback: three in-process agents and a fenced store.
 demo:

@@ -349,7 +349,9 @@ func (c Config) socketGroup() (*int, error) {
 	}
 	gid, err := strconv.Atoi(id)
 	if err != nil {
-		return nil, fmt.Errorf("agent: config: --socket-group %q: no such group", c.SocketGroup)
+		// The release build has no cgo: os/user reads /etc/group alone, so
+		// a group only a directory service (NSS) knows is given by ID.
+		return nil, fmt.Errorf("agent: config: --socket-group %q: no such group in /etc/group (give a group from elsewhere by its numeric ID)", c.SocketGroup)
 	}
 	return &gid, nil
 }

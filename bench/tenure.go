@@ -17,6 +17,7 @@ import (
 
 	"github.com/tenurehq/tenure/agent"
 	"github.com/tenurehq/tenure/internal/fleetview"
+	"github.com/tenurehq/tenure/internal/tenurebuild"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -24,8 +25,7 @@ import (
 // dir and returns its path.
 func buildTenure(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "tenure")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tenure")
-	cmd.Dir = ".." // the main module, beside this one
+	cmd := tenurebuild.Command(ctx, "..", bin, nil, "./cmd/tenure") // the main module, beside this one
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenurehq/tenure/agent"
+	"github.com/tenurehq/tenure/internal/tenurebuild"
 )
 
 // binary is the tenure binary built once for these tests.
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "tenure")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	out, err := tenurebuild.Command(context.Background(), ".", binary, nil, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build tenure: %v\n%s", err, out)
 		os.Exit(1)

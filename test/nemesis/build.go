@@ -4,10 +4,13 @@ package nemesis
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/tenurehq/tenure/internal/tenurebuild"
 )
 
 // Binaries are the programs a cluster runs, built from this tree.
@@ -27,12 +30,12 @@ func Build(dir string, broken bool) (Binaries, error) {
 		return Binaries{}, fmt.Errorf("nemesis: go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(out)))
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	var tags []string
 	if broken {
-		args = append(args, "-tags", "tenure_broken")
+		tags = append(tags, "tenure_broken")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/tenure", "./examples/fenced-store", "./test/nemesis/writer")...)
-	cmd.Dir = root
+	cmd := tenurebuild.Command(context.Background(), root, dir+string(filepath.Separator), tags,
+		"./cmd/tenure", "./examples/fenced-store", "./test/nemesis/writer")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
