@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -127,4 +128,109 @@ func profile(t *testing.T, wg *sync.WaitGroup, a *scaleAgent, d time.Duration, l
 		defer f.Close()
 		io.Copy(f, resp.Body)
 	}()
+}
+
+// pathSteps are the log lines of an agent's way to its first term: each
+// is the first line whose message starts so. What the step is called in
+// the run's output comes first.
+var pathSteps = []struct{ name, msg string }{
+	{"started", `msg="agent started"`},
+	{"joined", `msg="gossip: joined the cluster"`},
+	{"roster", `msg="learned the voter roster"`},
+	{"led", `msg="leader changed"`},
+}
+
+// logPaths logs, in seconds from the first launch, how the highest agent
+// and the agreed leader got there: when the run launched the process,
+// and when its log says it started, joined, learned the roster and first
+// named a leader (that leader and epoch follow). A slow start shows here
+// whether the launch, the process start, the join or the election took
+// the time.
+func logPaths(t *testing.T, start time.Time, agents []*scaleAgent, leader string) {
+	for _, a := range agents {
+		if a != agents[len(agents)-1] && a.name != leader {
+			continue
+		}
+		steps, err := agentPath(filepath.Join(filepath.Dir(a.sock), a.name+".log"), start)
+		if err != nil {
+			t.Logf("the path of %s: %v", a.name, err)
+			continue
+		}
+		launched := fmt.Sprintf("launched %.1f", a.launched.Sub(start).Seconds())
+		t.Logf("the path of %s (s from the first launch): %s", a.name, strings.Join(append([]string{launched}, steps...), ", "))
+	}
+}
+
+// agentPath reads an agent's log for pathSteps, in their order; a step
+// not logged is left out.
+func agentPath(log string, start time.Time) ([]string, error) {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return nil, err
+	}
+	found := make([]string, len(pathSteps))
+	for line := range strings.Lines(string(b)) {
+		for i, st := range pathSteps {
+			if found[i] != "" || !strings.Contains(line, st.msg) {
+				continue
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				return nil, fmt.Errorf("%s: time of %q: %w", log, st.name, err)
+			}
+			found[i] = fmt.Sprintf("%s %.1f", st.name, at.Sub(start).Seconds())
+			if st.name == "led" {
+				found[i] += " (" + fieldOf(line, "leader") + " epoch " + fieldOf(line, "epoch") + ")"
+			}
+		}
+	}
+	return slices.DeleteFunc(found, func(s string) bool { return s == "" }), nil
+}
+
+// fieldOf is the value of key=value in a text log line, "" when absent.
+func fieldOf(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// logMarks are log lines worth counting across the fleet after a start:
+// what the run's output calls them, and what the line contains.
+var logMarks = []struct{ name, msg string }{
+	{"suspicions", `has failed, no acks received`},     // memberlist suspected a member
+	{"refutations", `msg="Refuting a suspect message`}, // a member refuted one about itself
+	{"undelivered", `msg="peer messages to a member are not delivered"`},
+	{"rounds lost", `msg="lease not acquired"`},
+}
+
+// logFleetMarks logs how often the agents' logs have each of logMarks so
+// far: gossip's failure detector at work (a start that loads the machine
+// so much that probes time out costs every agent the suspicion's gossip
+// and its refutation), peer messages that did not get through, and lease
+// rounds that failed.
+func logFleetMarks(t *testing.T, agents []*scaleAgent) {
+	counts := make([]int, len(logMarks))
+	for _, a := range agents {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(a.sock), a.name+".log"))
+		if err != nil {
+			t.Logf("the log of %s: %v", a.name, err)
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			for i, m := range logMarks {
+				if strings.Contains(line, m.msg) {
+					counts[i]++
+				}
+			}
+		}
+	}
+	var parts []string
+	for i, m := range logMarks {
+		parts = append(parts, fmt.Sprintf("%s %d", m.name, counts[i]))
+	}
+	t.Logf("in the agents' logs so far: %s", strings.Join(parts, ", "))
 }

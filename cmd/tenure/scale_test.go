@@ -66,6 +66,8 @@ type scaleAgent struct {
 	log    *os.File
 	dead   bool          // killed by the run
 	exited chan struct{} // closed when the process has exited
+	// launched is when the run started the process.
+	launched time.Time
 }
 
 // scaleResult is what the run measured.
@@ -147,6 +149,10 @@ func TestScale(t *testing.T) {
 	t.Logf("CPU used per agent from the start to agreement: %.2f s (voters %.2f s, observers %.2f s)",
 		res.StartCPU, cpuSeconds(agents[:voters]), cpuSeconds(agents[voters:]))
 	t.Logf("the busiest agents: %s", busiest(agents, 8))
+	if ok {
+		logPaths(t, start, agents, leader.name)
+	}
+	logFleetMarks(t, agents)
 	isVoter := func(name string) bool { return name <= agents[voters-1].name }
 	all := func(string) bool { return true }
 	c0 := fetchCounters(agents)
@@ -273,6 +279,7 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 		a.cmd.Env = append(os.Environ(), strings.Split(*scaleEnv, ",")...)
 	}
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	a.launched = time.Now()
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", a.name, err)
 	}
