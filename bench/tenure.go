@@ -22,7 +22,7 @@ import (
 )
 
 // buildTenure builds the tenure binary of the enclosing repository into
-// dir and returns its path.
+// dir as a release build (internal/tenurebuild) and returns its path.
 func buildTenure(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "tenure")
 	cmd := tenurebuild.Command(ctx, "..", bin, nil, "./cmd/tenure") // the main module, beside this one

@@ -23,7 +23,8 @@ type Binaries struct {
 }
 
 // Build builds the three programs of the module this package belongs to
-// into dir with go build (with the tenure_broken tag if broken).
+// into dir as a release build (internal/tenurebuild), with the
+// tenure_broken tag if broken.
 func Build(dir string, broken bool) (Binaries, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
