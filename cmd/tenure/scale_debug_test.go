@@ -131,8 +131,8 @@ func profile(t *testing.T, wg *sync.WaitGroup, a *scaleAgent, d time.Duration, l
 }
 
 // pathSteps are the log lines of an agent's way to its first term: each
-// is the first line whose message starts so. What the step is called in
-// the run's output comes first.
+// step is the first line with its message. What the step is called in the
+// run's output comes first.
 var pathSteps = []struct{ name, msg string }{
 	{"started", `msg="agent started"`},
 	{"joined", `msg="gossip: joined the cluster"`},
@@ -151,7 +151,7 @@ func logPaths(t *testing.T, start time.Time, agents []*scaleAgent, leader string
 		if a != agents[len(agents)-1] && a.name != leader {
 			continue
 		}
-		steps, err := agentPath(filepath.Join(filepath.Dir(a.sock), a.name+".log"), start)
+		steps, err := agentPath(a.logPath(), start)
 		if err != nil {
 			t.Logf("the path of %s: %v", a.name, err)
 			continue
@@ -215,7 +215,7 @@ var logMarks = []struct{ name, msg string }{
 func logFleetMarks(t *testing.T, agents []*scaleAgent) {
 	counts := make([]int, len(logMarks))
 	for _, a := range agents {
-		b, err := os.ReadFile(filepath.Join(filepath.Dir(a.sock), a.name+".log"))
+		b, err := os.ReadFile(a.logPath())
 		if err != nil {
 			t.Logf("the log of %s: %v", a.name, err)
 			continue

@@ -221,6 +221,11 @@ var keyOnce = sync.OnceValue(func() string {
 
 func scaleKey(*testing.T) string { return keyOnce() }
 
+// logPath is where a's log goes: beside its socket.
+func (a *scaleAgent) logPath() string {
+	return filepath.Join(filepath.Dir(a.sock), a.name+".log")
+}
+
 // logLevel is the --log-level of a: debug where -scale.debug names it.
 func (a *scaleAgent) logLevel() string {
 	if slices.Contains(strings.Split(*scaleDebug, ","), a.name) {
@@ -268,7 +273,7 @@ func (a *scaleAgent) start(t *testing.T, all []*scaleAgent, key string) {
 	if a.debug != "" {
 		args = append(args, "--debug-addr", a.debug)
 	}
-	log, err := os.Create(filepath.Join(dir, a.name+".log"))
+	log, err := os.Create(a.logPath())
 	if err != nil {
 		t.Fatal(err)
 	}
