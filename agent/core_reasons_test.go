@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/gossip"
 	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/leasing"
 )
@@ -155,11 +156,11 @@ func (r *rig) runUntil(d time.Duration, cond func(snapshot) bool) snapshot {
 func TestCutOffNodeNamesUnreachableVoters(t *testing.T) {
 	r := newRig(t, 3)
 	r.peers["n2"] = peerPlay{err: fmt.Errorf("gossip: call 10.0.0.12:7947: %w", syscall.ECONNREFUSED)}
-	r.peers["n3"] = peerPlay{err: fmt.Errorf("gossip: call 10.0.0.13:7947: context deadline exceeded: %w", errTimeout{})}
+	r.peers["n3"] = peerPlay{err: fmt.Errorf("gossip: call 10.0.0.13:7947: %w: waiting for a connection: %w", gossip.ErrUnreachable, errTimeout{})}
 	r.run(5 * time.Second)
 	st := r.status()
 	want := "no quorum: cannot reach a majority of the voters: no reply from 2 of 3 voters: " +
-		"n2 (10.0.0.12:7947): connection refused; n3 (10.0.0.13:7947): i/o timeout"
+		"n2 (10.0.0.12:7947): connection refused; n3 (10.0.0.13:7947): i/o timeout while connecting"
 	if st.state != "no-quorum" || st.reason != want {
 		t.Fatalf("state %q, reason %q; want no-quorum and %q", st.state, st.reason, want)
 	}

@@ -21,8 +21,14 @@ var errNoPeerAddr = errors.New("no peer address: gossip lists the member without
 const maxCause = 120
 
 // peerCause reduces a failed peer call to its cause, in a few words:
-// "connection refused", "i/o timeout", "TLS handshake failed: the peers
-// share no cluster key". The full error goes to the debug log.
+// "connection refused", "i/o timeout while connecting", "TLS handshake
+// failed: the peers share no cluster key". A timeout says whether the
+// connection (its TCP connect or TLS handshake) was not made in time, so
+// the request never went out (a host that drops packets, or a peer too
+// loaded to finish a handshake), or the request went out on a connection
+// and no reply came in time (a stuck peer process, or a network that
+// stopped carrying a connection made before). The full error goes to the
+// debug log.
 func peerCause(err error) string {
 	var remote *gossip.RemoteError
 	var errno syscall.Errno
@@ -32,8 +38,10 @@ func peerCause(err error) string {
 		return "unknown error"
 	case errors.As(err, &remote):
 		return clip("it answered with an error: " + remote.Message)
+	case isTimeout(err) && errors.Is(err, gossip.ErrUnreachable):
+		return "i/o timeout while connecting"
 	case isTimeout(err):
-		return "i/o timeout"
+		return "i/o timeout waiting for the reply"
 	case errors.Is(err, gossip.ErrPeerAuthentication) && strings.Contains(err.Error(), "share no"):
 		return "TLS handshake failed: the peers share no cluster key"
 	case errors.Is(err, gossip.ErrPeerAuthentication):

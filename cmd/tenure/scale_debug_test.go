@@ -204,6 +204,9 @@ var logMarks = []struct{ name, msg string }{
 	{"suspicions", `has failed, no acks received`},     // memberlist suspected a member
 	{"refutations", `msg="Refuting a suspect message`}, // a member refuted one about itself
 	{"undelivered", `msg="peer messages to a member are not delivered"`},
+	// of which timed out before the request went out, or after
+	{"of them connecting", `err="i/o timeout while connecting"`},
+	{"waiting for a reply", `err="i/o timeout waiting for the reply"`},
 	{"rounds lost", `msg="lease not acquired"`},
 }
 
