@@ -97,12 +97,14 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		defer finish()
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		defer cancel()
+		began := time.Now()
 		resp, err := a.peers.Call(ctx, addr, body)
 		if err != nil {
-			a.log.Debug("peer message not delivered", "to", msg.to.Name, "err", err)
+			a.log.Debug("peer message not delivered", "to", msg.to.Name, "kind", msg.env.kind(), "err", err)
 			a.reportSendFailure(msg.to, err)
 			return
 		}
+		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", msg.env.kind(), "took", time.Since(began))
 		a.deliverReply(resp, msg.to)
 	}()
 }

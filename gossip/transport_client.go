@@ -140,6 +140,7 @@ func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, err
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
+		began := time.Now()
 		dctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
 		cctx, cancelConnect := context.WithCancel(dctx)
 		stop := context.AfterFunc(ctx, cancelConnect)
@@ -148,6 +149,7 @@ func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, err
 		cancelConnect()
 		cancel()
 		if err == nil {
+			t.logger.Debug("gossip: peer connection made", "addr", addr, "took", time.Since(began))
 			t.release(c)
 		}
 		t.mu.Lock()
