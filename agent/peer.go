@@ -87,8 +87,9 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		}
 		timeout = announceTimeout
 	}
-	a.counts.add("send." + msg.env.kind())
-	a.counts.addN("send_bytes."+msg.env.kind(), uint64(len(body)))
+	kind := msg.env.kind()
+	a.counts.add("send." + kind)
+	a.counts.addN("send_bytes."+kind, uint64(len(body)))
 	a.sends.Add(1)
 	sent.Add(1)
 	go func() {
@@ -100,11 +101,11 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		began := time.Now()
 		resp, err := a.peers.Call(ctx, addr, body)
 		if err != nil {
-			a.log.Debug("peer message not delivered", "to", msg.to.Name, "kind", msg.env.kind(), "err", err)
+			a.log.Debug("peer message not delivered", "to", msg.to.Name, "kind", kind, "err", err)
 			a.reportSendFailure(msg.to, err)
 			return
 		}
-		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", msg.env.kind(), "took", time.Since(began))
+		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", kind, "took", time.Since(began))
 		a.deliverReply(resp, msg.to)
 	}()
 }
