@@ -208,7 +208,8 @@ func (m *Machine) startElection(now time.Time) {
 		return
 	}
 	m.state = StateElecting
-	m.deadline = now.Add(m.cfg.ElectionTimeout)
+	m.asking = now
+	m.deadline = now.Add(m.electionWait())
 	for _, p := range asked {
 		m.send(Message{Type: MsgElection, To: p.Node})
 	}

@@ -41,6 +41,11 @@ type Machine struct {
 	retryAt   time.Time
 	failures  int
 	deadline  time.Time // the current state's timer; zero when none
+	// asking is when the current round of ELECTIONs went out; roundTrip
+	// the driver's estimate of how long a peer's answer may take
+	// (SetRoundTrip). The round waits electionWait from asking.
+	asking    time.Time
+	roundTrip time.Duration
 	acquiring uint64    // epoch of the lease round in flight
 	// passed is the latest COORDINATOR that arrived while this node's
 	// lease round was in flight and that it did not yield to (a lower
@@ -242,6 +247,30 @@ const maxFirstDelay = 3
 // cut off and may always claim.
 func (m *Machine) SetReach(cutOff, mayClaim bool) {
 	m.cutOff, m.mayClaim = cutOff, mayClaim && !cutOff
+}
+
+// SetRoundTrip gives the Machine the driver's current estimate of how long
+// a peer may take to answer a message: a retransmission timeout computed
+// from measured round trips, as TCP does (smoothed round trip plus four
+// times its variation). A campaign waits that long for an ANSWER when it
+// is longer than Config.ElectionTimeout, up to Config.CoordinatorTimeout;
+// a round of ELECTIONs in flight has its timer moved to match. On a
+// saturated host peers answer in seconds, not milliseconds, and with a
+// fixed timeout a node took the silence of live higher nodes for their
+// absence and won, to be preempted once their answers came
+// (docs/DESIGN.md, 11). Without calls the Machine waits ElectionTimeout.
+func (m *Machine) SetRoundTrip(d time.Duration) {
+	m.roundTrip = d
+	if m.state == StateElecting && !m.deadline.IsZero() {
+		m.deadline = m.asking.Add(m.electionWait())
+	}
+}
+
+// electionWait is how long a round of ELECTIONs waits for an ANSWER: the
+// election timeout, or the driver's round-trip estimate when longer, at
+// most the coordinator timeout.
+func (m *Machine) electionWait() time.Duration {
+	return min(max(m.cfg.ElectionTimeout, m.roundTrip), m.cfg.CoordinatorTimeout)
 }
 
 // Tick advances the Machine's timers to now.
