@@ -45,6 +45,7 @@ type core struct {
 	reach reach                 // whether the peer transport reaches a majority
 	watch leaseWatch            // the natural successor's watch of the leader's lease
 	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
+	rtt   roundTrips            // how long peers take to answer, for the election
 	jumps jumpReport            // refused epoch jumps, for the log
 
 	seq   uint64         // last lease round number
@@ -265,6 +266,7 @@ func (c *core) warnForeign(mv memberView, mine string) {
 func (c *core) tick(now time.Time) {
 	c.probeReach(now)
 	c.watchLease(now)
+	c.m.SetRoundTrip(c.rtt.timeout(now))
 	c.m.Tick(now)
 	c.queryFloors(now)
 	if err := c.recover(now); err != nil && !c.warned["recover"] {

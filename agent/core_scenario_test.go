@@ -282,7 +282,7 @@ func runSchedule(t testing.TB, i int, eager bool) {
 // that are down, and checks I5: a leader within a bound, still there later.
 func (s *csim) finalPhase() {
 	s.heal()
-	s.drop, s.slow, s.dup = 0, 0, 0
+	s.drop, s.slow, s.dup, s.lag = 0, 0, 0, [2]time.Duration{}
 	for _, name := range s.order {
 		n := s.nodes[name]
 		n.epochs.failed, n.grants.failed = false, false
@@ -412,6 +412,9 @@ func (s *csim) randomFault(wiped *bool) {
 	case 12:
 		s.slow = []float64{0, 0.01, 0.05}[s.rand.IntN(3)]
 		s.dup = []float64{0, 0.02, 0.1}[s.rand.IntN(3)]
+		// Sometimes a loaded host: every message takes tens to hundreds
+		// of milliseconds, longer than the election timeout.
+		s.lag = [][2]time.Duration{{}, {}, {50 * time.Millisecond, 300 * time.Millisecond}}[s.rand.IntN(3)]
 	case 13:
 		if s.canLose(name) {
 			n.epochs.failed, n.grants.failed = true, true // the disk fails from now on
@@ -764,5 +767,43 @@ func TestCollidedBelow(t *testing.T) {
 		if got := c.collidedBelow(rd); got != tc.want {
 			t.Errorf("%s: collidedBelow = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestLoadedNetworkFailsOverInOneTerm: on a loaded host peers answer in
+// hundreds of milliseconds (the scale runs measured up to 1.9 s for an
+// ANSWER), longer than the election timeout. A node that asked the live
+// higher nodes and heard nothing in time took them for silent and won,
+// and the highest preempted it a few seconds later: two terms, a tenure
+// run command moved twice. The election now waits for the measured
+// round trip (bully.Machine.SetRoundTrip), so each failover makes exactly
+// one term, led by the highest node up. Seven nodes with the LAN
+// profile's timings, messages delayed 100-450 ms each way; the leader is
+// killed three times.
+func TestLoadedNetworkFailsOverInOneTerm(t *testing.T) {
+	runs := cmp.Or(*schedules/10, 30)
+	for i := range runs {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.lag = [2]time.Duration{100 * time.Millisecond, 450 * time.Millisecond}
+			s.lan, s.ttl = true, 10*time.Second
+			s.addNodes(7)
+			s.waitLeader(15*time.Second, "n7")
+			for range 3 {
+				s.crash(s.leader())
+				before := len(s.terms)
+				s.run(25 * time.Second)
+				want := ""
+				for _, name := range s.order {
+					if s.nodes[name].up {
+						want = name
+					}
+				}
+				if got, terms := s.leader(), len(s.terms)-before; got != want || terms != 1 {
+					t.Fatalf("after the leader died: %d terms, now led by %q; want one term, led by %s (the highest up)\n%s",
+						terms, got, want, s.dump())
+				}
+			}
+		})
 	}
 }

@@ -32,6 +32,12 @@ type csim struct {
 	hidden  map[[2]string]bool // gossip does not list b to a yet; peer messages flow
 	drop    float64
 	slow    float64 // share of messages delayed up to two TTLs
+	// lag, when its upper bound is set, replaces the usual 1–30 ms delay
+	// with one drawn from [lag[0], lag[1]]: a loaded host.
+	lag     [2]time.Duration
+	// lan runs the nodes with the LAN profile's election timings (the
+	// Local profile's otherwise).
+	lan bool
 	dup     float64 // share of messages delivered twice
 	queue   []flight
 	ttl     time.Duration
@@ -96,6 +102,7 @@ type flight struct {
 	env      envelope
 	at       time.Time
 	reply    bool
+	sent     time.Time // when the call a reply answers went out
 }
 
 // errDisk is a failed write of a simulated disk.
@@ -195,9 +202,13 @@ func (s *csim) addNodesWith(n int, set func(i int, nd *cnode)) {
 
 func (s *csim) config(n *cnode, expect int) coreConfig {
 	e := LocalElection()
+	if s.lan {
+		e = bully.DefaultConfig()
+	}
 	e.Rand = rand.New(rand.NewPCG(s.rand.Uint64(), s.rand.Uint64()))
 	e.Preempt = true
 	lt := leasing.DefaultTiming().WithTTL(n.ttl)
+	lt.AcquireBudget = min(lt.AcquireBudget, e.CoordinatorTimeout/2) // as Config.leaseTiming
 	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: !n.drained, Voter: n.voter,
 		Consistency: Quorum, Lease: lt, Expect: expect, Election: e,
 		Voters: s.voters, Zone: n.zone, DeadVoterTimeout: s.deadTimeout}
@@ -328,7 +339,7 @@ func (s *csim) collect(name string) {
 		n.c.stopped(s.local(n, s.now), e)
 	}
 	for _, m := range n.c.ready() {
-		s.send(flight{from: name, to: m.to.Name, env: m.env})
+		s.send(flight{from: name, to: m.to.Name, env: m.env, sent: s.now})
 	}
 	n.c.dispatched(s.local(n, s.now))
 	s.notePromise(n)
@@ -373,6 +384,9 @@ func (s *csim) send(f flight) {
 func (s *csim) delay() time.Duration {
 	if s.slow > 0 && s.rand.Float64() < s.slow {
 		return time.Duration(1 + s.rand.Int64N(int64(2*s.ttl)))
+	}
+	if lo, hi := s.lag[0], s.lag[1]; hi > 0 {
+		return lo + time.Duration(s.rand.Int64N(int64(hi-lo)+1))
 	}
 	return time.Duration(1+s.rand.IntN(30)) * time.Millisecond
 }
@@ -512,11 +526,24 @@ func (s *csim) deliver(f flight) {
 		(s.dropIf != nil && s.dropIf(f)) {
 		return
 	}
-	reply := to.c.receive(s.local(to, s.now), f.env)
+	now := s.local(to, s.now)
+	if f.reply {
+		// As the driver does: the call was answered (a sample of the
+		// round trip), then the reply, unless empty, is received.
+		to.c.peerReplied(now, bully.Node{ID: s.nodes[f.from].id, Name: f.from}, now.Sub(s.local(to, f.sent)))
+		if f.env == (envelope{}) {
+			s.collect(f.to)
+			return
+		}
+	}
+	reply := to.c.receive(now, f.env)
 	s.noteGrant(to, f.env, reply)
 	s.collect(f.to)
-	if reply != nil && !f.reply && to.up {
-		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true})
+	if !f.reply && to.up {
+		if reply == nil {
+			reply = &envelope{} // every call is answered, if only to say it arrived
+		}
+		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true, sent: f.sent})
 	}
 }
 

@@ -105,8 +105,9 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 			a.reportSendFailure(msg.to, err)
 			return
 		}
-		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", kind, "took", time.Since(began))
-		a.deliverReply(resp, msg.to)
+		took := time.Since(began)
+		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", kind, "took", took)
+		a.deliverReply(resp, msg.to, took)
 	}()
 }
 
@@ -120,9 +121,9 @@ func (a *Agent) reportSendFailure(to bully.Node, err error) {
 }
 
 // deliverReply feeds a peer's reply to the core, and tells it that the
-// peer answered. A reply from another node than the one called (its
+// peer answered after took. A reply from another node than the one called (its
 // address now belongs to another agent) counts as a failure.
-func (a *Agent) deliverReply(resp []byte, to bully.Node) {
+func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) {
 	env, err := decodeEnvelope(resp)
 	if err != nil {
 		a.log.Warn("bad peer reply", "from", to.Name, "err", err)
@@ -144,7 +145,7 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node) {
 		a.counts.add("reply." + env.kind())
 	}
 	_ = a.do(a.ctx, func() {
-		cleared := a.core.peerReplied(to)
+		cleared := a.core.peerReplied(a.cfg.Clock.Now(), to, took)
 		if empty && !cleared {
 			return
 		}

@@ -1,0 +1,47 @@
+package agent
+
+import "time"
+
+// roundTrips estimates how long a peer takes to answer one of this node's
+// messages, the way TCP computes its retransmission timeout (RFC 6298):
+// a smoothed round trip and its mean deviation, each answered call a
+// sample, and the estimate the smoothed value plus four deviations. The
+// election waits that long for an ANSWER when it is longer than its
+// timeout (bully.Machine.SetRoundTrip). Calls that failed are not
+// samples: a dead or cut-off peer must not slow the elections that pass
+// it over. An estimate without a sample for roundTripMemory is dropped:
+// the load that made it has most likely passed, and the election's own
+// timeout applies until the next answers measure again.
+type roundTrips struct {
+	srtt, rttvar time.Duration
+	last         time.Time // the latest sample; zero when none
+}
+
+// roundTripMemory is how long an estimate outlives its latest sample.
+const roundTripMemory = 30 * time.Second
+
+// add records a peer call answered at now after took.
+func (r *roundTrips) add(now time.Time, took time.Duration) {
+	if r.fresh(now) {
+		r.rttvar = (3*r.rttvar + (r.srtt - took).Abs()) / 4
+		r.srtt = (7*r.srtt + took) / 8
+	} else {
+		r.srtt, r.rttvar = took, took/2
+	}
+	r.last = now
+}
+
+// fresh reports whether the estimate has a sample from the last
+// roundTripMemory.
+func (r *roundTrips) fresh(now time.Time) bool {
+	return !r.last.IsZero() && now.Sub(r.last) < roundTripMemory
+}
+
+// timeout is how long a peer's answer may take as of now: zero when no
+// recent sample says.
+func (r *roundTrips) timeout(now time.Time) time.Duration {
+	if !r.fresh(now) {
+		return 0
+	}
+	return r.srtt + 4*r.rttvar
+}
