@@ -34,10 +34,10 @@ type csim struct {
 	slow    float64 // share of messages delayed up to two TTLs
 	// lag, when its upper bound is set, replaces the usual 1–30 ms delay
 	// with one drawn from [lag[0], lag[1]]: a loaded host.
-	lag     [2]time.Duration
+	lag [2]time.Duration
 	// lan runs the nodes with the LAN profile's election timings (the
 	// Local profile's otherwise).
-	lan bool
+	lan     bool
 	dup     float64 // share of messages delivered twice
 	queue   []flight
 	ttl     time.Duration

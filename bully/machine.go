@@ -38,15 +38,15 @@ type Machine struct {
 	// retryAt: a lease round failed; no new one before (not even when a
 	// lower node's ELECTION arrives). failures counts the rounds failed in
 	// a row: the wait doubles with each, up to maxBackoff RetryDelays.
-	retryAt   time.Time
-	failures  int
-	deadline  time.Time // the current state's timer; zero when none
+	retryAt  time.Time
+	failures int
+	deadline time.Time // the current state's timer; zero when none
 	// asking is when the current round of ELECTIONs went out; roundTrip
 	// the driver's estimate of how long a peer's answer may take
 	// (SetRoundTrip). The round waits electionWait from asking.
 	asking    time.Time
 	roundTrip time.Duration
-	acquiring uint64    // epoch of the lease round in flight
+	acquiring uint64 // epoch of the lease round in flight
 	// passed is the latest COORDINATOR that arrived while this node's
 	// lease round was in flight and that it did not yield to (a lower
 	// leader's, or without Preempt one of no later term); if the round
