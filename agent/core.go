@@ -420,7 +420,8 @@ func (c *core) process(now time.Time) {
 			}
 		}
 		if len(asked) > 0 {
-			c.log.Debug("election: asking the higher nodes", "to", strings.Join(asked, " "))
+			c.log.Debug("election: asking the higher nodes", "to", strings.Join(asked, " "),
+				"peer_round_trip", c.rtt.timeout(now)) // the wait, when above the election timeout
 		}
 		if rd.Release != 0 {
 			c.log.Info("stepping down: releasing the lease", "epoch", rd.Release, "leader", c.m.Status().Leader.Name)
