@@ -6,8 +6,10 @@
 // A Machine is deterministic: its inputs are the live membership (SetMembers),
 // peer messages (Step), the outcome of the lease round that gates leadership
 // (Acquired, AcquireFailed, LeaseLost), operator requests (Resign,
-// ResignWith with a hold or a successor, SetEligible for a drain) and the
-// passage of time (Tick). Every input takes the current instant from the
+// ResignWith with a hold or a successor, SetEligible for a drain), what the
+// driver measured (SetReach: whether the voters are reachable;
+// SetRoundTrip: how long peers take to answer) and the passage of time
+// (Tick). Every input takes the current instant from the
 // caller's clock; the Machine never reads a clock, sleeps or does I/O, and its
 // only randomness comes from Config.Rand. Outputs are collected by Ready: the
 // messages to send, a lease round to run or release, and the highest epoch,
