@@ -22,10 +22,10 @@ type Config struct {
 	// campaign, so gossip can converge and a sitting leader can announce
 	// itself. Default 2s.
 	StartupDelay time.Duration
-	// ElectionTimeout is how long a candidate waits for an ANSWER after
-	// sending ELECTION before it considers itself the highest, at least:
-	// when the driver measured longer peer round trips (SetRoundTrip) it
-	// waits for them, up to CoordinatorTimeout. Default 500ms.
+	// ElectionTimeout is the least time a candidate waits for an ANSWER
+	// after sending ELECTION before it considers itself the highest; when
+	// the driver measured longer peer round trips (SetRoundTrip) it waits
+	// for those, up to CoordinatorTimeout. Default 500ms.
 	ElectionTimeout time.Duration
 	// CoordinatorTimeout is how long a candidate that got an ANSWER waits for
 	// the COORDINATOR before it starts over. Default 2s.
