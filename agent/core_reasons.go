@@ -89,11 +89,11 @@ func (c *core) sendFailed(now time.Time, to bully.Node, err error) {
 }
 
 // peerReplied records that `from` answered a message at now, took after
-// it was sent: a sample of the peers' round trip for the election, and
-// the end of the peer's failure; it reports whether there was one.
+// it was sent: a sample of the peers' round trip (the election takes the
+// estimate at its next tick), and the end of the peer's failure; it
+// reports whether there was one.
 func (c *core) peerReplied(now time.Time, from bully.Node, took time.Duration) bool {
 	c.rtt.add(now, took)
-	c.m.SetRoundTrip(c.rtt.timeout(now))
 	if _, ok := c.peers.failed[from.Name]; !ok {
 		return false
 	}
