@@ -195,20 +195,23 @@ func (m *Machine) timeout(now time.Time) {
 		}
 		m.startElection(now)
 	case StateWaiting:
-		m.startElection(now)
+		m.ask(now, true) // the node that answered sent no COORDINATOR
 	}
 }
 
 // startElection sends ELECTION to the highest few higher eligible live
 // nodes (asked), or wins at once when there is none.
-func (m *Machine) startElection(now time.Time) {
+func (m *Machine) startElection(now time.Time) { m.ask(now, false) }
+
+// ask is startElection; again says that the round follows a wait for the
+// COORDINATOR of a node that answered (electionWait).
+func (m *Machine) ask(now time.Time, again bool) {
 	asked := m.asked(now)
 	if len(asked) == 0 {
 		m.win()
 		return
 	}
-	m.state = StateElecting
-	m.asking = now
+	m.state, m.asking, m.reasking = StateElecting, now, again
 	m.deadline = now.Add(m.electionWait())
 	for _, p := range asked {
 		m.send(Message{Type: MsgElection, To: p.Node})

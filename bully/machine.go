@@ -43,9 +43,12 @@ type Machine struct {
 	deadline time.Time // the current state's timer; zero when none
 	// asking is when the current round of ELECTIONs went out; roundTrip
 	// the driver's estimate of how long a peer's answer may take
-	// (SetRoundTrip). The round waits electionWait from asking.
+	// (SetRoundTrip). The round waits electionWait from asking; reasking
+	// says the round follows a wait for the COORDINATOR of a node that
+	// answered, and waits the longest.
 	asking    time.Time
 	roundTrip time.Duration
+	reasking  bool
 	acquiring uint64 // epoch of the lease round in flight
 	// passed is the latest COORDINATOR that arrived while this node's
 	// lease round was in flight and that it did not yield to (a lower
@@ -268,8 +271,17 @@ func (m *Machine) SetRoundTrip(d time.Duration) {
 
 // electionWait is how long a round of ELECTIONs waits for an ANSWER: the
 // election timeout, or the driver's round-trip estimate when longer, at
-// most the coordinator timeout.
+// most the coordinator timeout. A round that asks again after waiting in
+// vain for the COORDINATOR of a node that answered waits the coordinator
+// timeout: the nodes it asks were live a moment ago, most likely still
+// deciding (backing off, or waiting out the last term's promises), and a
+// round-trip estimate is a mean and four deviations, not a bound. A node
+// whose higher node answered three such rounds in time and the fourth
+// after the estimate took it for silent and won, to be preempted by it.
 func (m *Machine) electionWait() time.Duration {
+	if m.reasking {
+		return m.cfg.CoordinatorTimeout
+	}
 	return min(max(m.cfg.ElectionTimeout, m.roundTrip), m.cfg.CoordinatorTimeout)
 }
 

@@ -63,3 +63,45 @@ func TestElectionWaitsForMeasuredRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestReaskingWaitsTheCoordinatorTimeout: a node whose higher node
+// answered, and then sent no COORDINATOR within the coordinator timeout,
+// asks it again and waits the whole coordinator timeout for the ANSWER,
+// not the round-trip estimate: the node was live a moment ago. Under
+// message delays of 300-700 ms a node whose higher node answered three
+// rounds in time and the fourth just after the estimate won, to be
+// preempted by it (TestLoadedNetworkFailsOverInOneTerm found it in 3 of
+// 500 schedules). A round that follows silence waits the estimate again.
+func TestReaskingWaitsTheCoordinatorTimeout(t *testing.T) {
+	const ms = time.Millisecond
+	m, cfg, start := newMachine(t, 2, "n2")
+	n1, n3 := Node{ID: 1, Name: "n1"}, Node{ID: 3, Name: "n3"}
+	m.SetMembers(start, []Member{{Node: n1, Eligible: true}, cfg.Self, {Node: n3, Eligible: true}})
+	m.Ready()
+	m.SetRoundTrip(800 * ms)
+	m.Step(start, Message{Type: MsgElection, From: n1, To: cfg.Self.Node})
+	m.Step(start.Add(300*ms), Message{Type: MsgAnswer, From: n3, To: cfg.Self.Node})
+	if st := m.Status().State; st != StateWaiting {
+		t.Fatalf("after the ANSWER: %v, want waiting", st)
+	}
+	m.Ready()
+	asked := start.Add(300*ms + cfg.CoordinatorTimeout) // no COORDINATOR: it asks again
+	for now := start.Add(300 * ms); !now.After(asked); now = now.Add(ms) {
+		m.Tick(now)
+	}
+	if st, rd := m.Status().State, m.Ready(); st != StateElecting || len(rd.Messages) != 1 || rd.Messages[0].Type != MsgElection {
+		t.Fatalf("after the coordinator timeout: %v, sent %v; want electing, one ELECTION", st, rd.Messages)
+	}
+	won := time.Duration(0)
+	for now := asked.Add(ms); !now.After(asked.Add(3 * time.Second)); now = now.Add(ms) {
+		m.Tick(now)
+		if m.Ready().Acquire != 0 {
+			won = now.Sub(asked)
+			break
+		}
+	}
+	if won != cfg.CoordinatorTimeout {
+		t.Fatalf("the round that asked again ended %v after it began, want the coordinator timeout %v (not the estimate, 800ms)",
+			won, cfg.CoordinatorTimeout)
+	}
+}
