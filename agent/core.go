@@ -50,6 +50,9 @@ type core struct {
 
 	seq   uint64         // last lease round number
 	round *leasing.Round // acquire or renew round in flight
+	// lateRenewal is the leader's last renewal round that ran out of
+	// budget: answers that come later still count (addLateRenewal).
+	lateRenewal *leasing.Round
 	// abandoned are this node's recent acquire rounds that failed, by
 	// epoch, for releaseLateGrant.
 	abandoned map[uint64]abandonedRound

@@ -28,12 +28,12 @@ type reach struct {
 }
 
 // probeReach starts a probe when one is due and concludes the one in
-// flight once its budget is over, then tells the election what it found.
-// A probe is a FloorQuery to every other voter; any answer counts.
+// flight once its budget (peerWait) is over, then tells the election what
+// it found. A probe is a FloorQuery to every other voter; any answer counts.
 func (c *core) probeReach(now time.Time) {
 	rc := &c.reach
 	switch {
-	case !rc.sent.IsZero() && (!now.Before(rc.sent.Add(c.cfg.Lease.AcquireBudget)) || c.probeReached()):
+	case !rc.sent.IsZero() && (!now.Before(rc.sent.Add(c.peerWait(now))) || c.probeReached()):
 		c.concludeProbe(now)
 	case rc.sent.IsZero() && rc.cutOff && c.probeReached():
 		c.concludeProbe(now) // late answers made a majority
@@ -86,7 +86,7 @@ func (c *core) campaignNear(now time.Time, st bully.Status) bool {
 		return true
 	}
 	d := c.m.Deadline()
-	return d.IsZero() || !d.After(now.Add(c.cfg.Lease.AcquireBudget+c.cfg.Election.RankDelay))
+	return d.IsZero() || !d.After(now.Add(c.peerWait(now)+c.cfg.Election.RankDelay))
 }
 
 func (c *core) startProbe(now time.Time) {

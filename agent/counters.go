@@ -47,8 +47,10 @@ func (c *counters) snapshot() map[string]uint64 {
 // away at its limits ("socket.refused"); bytes of peer messages
 // ("send_bytes.KIND", "recv_bytes.KIND"); lease rounds and expiries
 // ("lease.acquired", "lease.acquire_failed", "lease.renewed",
-// "lease.renew_failed", "lease.expired", and "lease.late_grant_released":
-// grants that came after their acquire round failed, released again);
+// "lease.renew_failed", "lease.renewed_late": renewals that got their
+// majority from answers after their budget, "lease.expired", and
+// "lease.late_grant_released": grants that came after their acquire round
+// failed, released again);
 // periodic announcements not repeated to a member the last one had not
 // yet reached ("announce.repeat_skipped"); candidacies and terms led
 // ("election.started", "election.won"); hook runs and their time by

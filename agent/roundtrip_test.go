@@ -3,6 +3,9 @@ package agent
 import (
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/leasing"
 )
 
 // TestRoundTripEstimate: the estimate follows RFC 6298's retransmission
@@ -42,5 +45,37 @@ func TestRoundTripEstimate(t *testing.T) {
 	r.add(now, 10*ms)
 	if got := r.timeout(now); got != 30*ms {
 		t.Fatalf("first sample after forgetting: %v, want 30ms (the old estimate gone)", got)
+	}
+}
+
+// TestPeerWait: reach probes and lease rounds wait the acquire budget, or
+// the round-trip estimate when longer, at most the coordinator timeout and
+// half of what a renewal interval leaves of the lease's validity.
+func TestPeerWait(t *testing.T) {
+	const ms = time.Millisecond
+	lan := leasing.DefaultTiming().WithTTL(10 * time.Second)  // budget 1 s
+	short := leasing.DefaultTiming().WithTTL(2 * time.Second) // budget 200 ms; (1.98 s - 667 ms)/2 = 657 ms
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name   string
+		lease  leasing.Timing
+		sample time.Duration // one answered call (estimate: three times it); 0 none
+		want   time.Duration
+	}{
+		{"no estimate", lan, 0, time.Second},
+		{"short estimate", lan, 100 * ms, time.Second},
+		{"long estimate", lan, 500 * ms, 1500 * ms},
+		{"capped by the coordinator timeout", lan, 2 * time.Second, 2 * time.Second},
+		{"capped by the lease", short, time.Second, 657 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &core{cfg: coreConfig{Lease: tc.lease, Election: bully.DefaultConfig()}}
+			if tc.sample > 0 {
+				c.rtt.add(now, tc.sample)
+			}
+			if got := c.peerWait(now).Round(ms); got != tc.want {
+				t.Fatalf("peerWait = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -21,7 +21,7 @@ var (
 	descQuorumNeed     = desc("quorum_need", "Grants a lease needs under this node's roster.")
 	descVoters         = desc("roster_voters", "Voters in the roster this node holds.")
 	descMembers        = desc("members", "Members this node's gossip knows, by status and role.", "status", "role")
-	descLease          = desc("lease_events_total", "Lease rounds concluded by this node, by outcome (acquired, acquire_failed, renewed, renew_failed), leases that expired unrenewed (expired), and grants that came after their acquire round failed, released again (late_grant_released).", "event")
+	descLease          = desc("lease_events_total", "Lease rounds concluded by this node, by outcome (acquired, acquire_failed, renewed, renew_failed), renewals that got their majority from answers after their budget (renewed_late), leases that expired unrenewed (expired), and grants that came after their acquire round failed, released again (late_grant_released).", "event")
 	descElections      = desc("elections_started_total", "Times this node became a candidate.")
 	descWon            = desc("terms_led_total", "Terms this node has led (elections won with a lease).")
 	descPeerMsgs       = desc("peer_messages_total", "Peer messages by direction (sent, received as requests, replies received) and type.", "direction", "type")
