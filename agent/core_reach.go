@@ -72,8 +72,11 @@ func (c *core) wantsProbe(now time.Time) bool {
 
 // campaignNear: the election machine campaigns (other than waiting for the
 // COORDINATOR of a higher node that answered it), or its campaign timer
-// ends within a probe budget and a rank delay, so a probe started now
-// concludes before it. The window once was a whole probe interval wider,
+// ends within an acquire budget and a rank delay, so a probe started now
+// most often concludes before it. The window does not widen with the peer
+// wait (peerWait): while a fleet starts that wait is longest, and a wider
+// window has more of the fleet probe the voters at once. It once was a
+// whole probe interval wider,
 // so that the periodic probe surely fell in it; but in a fleet that
 // starts in name order each new node is, for its first seconds, the
 // highest it knows, and nearly every node probed every voter once while
@@ -86,7 +89,7 @@ func (c *core) campaignNear(now time.Time, st bully.Status) bool {
 		return true
 	}
 	d := c.m.Deadline()
-	return d.IsZero() || !d.After(now.Add(c.peerWait(now)+c.cfg.Election.RankDelay))
+	return d.IsZero() || !d.After(now.Add(c.cfg.Lease.AcquireBudget+c.cfg.Election.RankDelay))
 }
 
 func (c *core) startProbe(now time.Time) {

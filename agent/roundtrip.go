@@ -63,9 +63,11 @@ func (c *core) peerWait(now time.Time) time.Duration {
 // maxPeerWait bounds peerWait: at most the election's coordinator timeout,
 // which the nodes that deferred to a candidate wait for its COORDINATOR
 // once its lease round is over, and at most half of what a renewal
-// interval leaves of the lease's validity, so that a leader still tries a
-// renewal twice before its deadline (the rule leasing.Timing.Validate
-// applies to the acquire budget). Never below the acquire budget.
+// interval leaves of the lease's validity (the bound
+// leasing.Timing.Validate sets on the acquire budget), so that a term won
+// at the end of the wait, its validity counted from the round's start,
+// still has room for its first renewal and a retry. Never below the
+// acquire budget.
 func (c *core) maxPeerWait() time.Duration {
 	lt := c.cfg.Lease
 	return max(lt.AcquireBudget, min(c.cfg.Election.CoordinatorTimeout, (lt.Validity()-lt.RenewInterval())/2))
