@@ -7,11 +7,10 @@ import "time"
 // a smoothed round trip and its mean deviation, each answered call a
 // sample, and the estimate the smoothed value plus four deviations. The
 // election waits that long for an ANSWER when it is longer than its
-// timeout (bully.Machine.SetRoundTrip), and reach probes and lease rounds
-// wait that long for the voters when it is longer than the acquire budget
-// (core.peerWait). Calls that failed are not
-// samples: a dead or cut-off peer must not slow the elections that pass
-// it over. An estimate without a sample for roundTripMemory is dropped:
+// timeout (bully.Machine.SetRoundTrip), and reach probes and acquire
+// rounds wait that long for the voters when it is longer than the acquire
+// budget (core.peerWait). Calls that failed are not samples: a dead or
+// cut-off peer must not slow the elections that pass it over. An estimate without a sample for roundTripMemory is dropped:
 // the load that made it has most likely passed, and the election's own
 // timeout applies until the next answers measure again.
 type roundTrips struct {
@@ -48,14 +47,14 @@ func (r *roundTrips) timeout(now time.Time) time.Duration {
 	return r.srtt + 4*r.rttvar
 }
 
-// peerWait is how long a reach probe or a lease round waits for the
+// peerWait is how long a reach probe or an acquire round waits for the
 // voters' answers, as of now: the acquire budget, or the measured round
 // trip of peer calls when longer, at most maxPeerWait. While 100 agents
 // started on two cores the voters answered probes in about a second: with
 // the fixed budget the nodes near the top of the fleet found themselves
 // cut off from the voters, and a cut-off node answers no ELECTION, so a
 // node far below them won the first term and was preempted seconds later
-// (docs/DESIGN.md, 11).
+// (docs/DESIGN.md §4, "the peer wait").
 func (c *core) peerWait(now time.Time) time.Duration {
 	return min(max(c.cfg.Lease.AcquireBudget, c.rtt.timeout(now)), c.maxPeerWait())
 }

@@ -71,7 +71,7 @@ func TestElectionWaitsForMeasuredRoundTrip(t *testing.T) {
 // message delays of 300-700 ms a node whose higher node answered three
 // rounds in time and the fourth just after the estimate won, to be
 // preempted by it (TestLoadedNetworkFailsOverInOneTerm found it in 3 of
-// 500 schedules). A round that follows silence waits the estimate again.
+// 500 schedules).
 func TestReaskingWaitsTheCoordinatorTimeout(t *testing.T) {
 	const ms = time.Millisecond
 	m, cfg, start := newMachine(t, 2, "n2")
