@@ -134,13 +134,23 @@ func (s *memberSync) changed(now time.Time, sync func()) {
 // whose campaign timer ended 23 ms after gossip reported the three nodes
 // above it campaigned without them, the events still waiting out the
 // interval, and won the fleet's first term, to be preempted by the
-// highest seconds later.
+// highest seconds later. When urgent it rebuilds even with no event read
+// since the last rebuild (unless that was within urgentRefresh): a rebuild
+// reads serf's member list, which is current, while its events may still
+// wait unread in the channel. An agent starved of CPU while 100 agents
+// started read the joins of the 27 nodes above it 3.5 s after the fact,
+// all at once, and had won the first term in between.
 func (s *memberSync) due(now time.Time, urgent bool, sync func()) {
-	if s.pending && (urgent || now.Sub(s.last) >= s.interval) {
+	stale := s.pending || now.Sub(s.last) >= urgentRefresh
+	if (urgent && stale) || (s.pending && now.Sub(s.last) >= s.interval) {
 		s.last, s.pending = now, false
 		sync()
 	}
 }
+
+// urgentRefresh is how old a rebuild may be for the election to act on it
+// with no event read since (memberSync.due).
+const urgentRefresh = 50 * time.Millisecond
 
 // wait is how long until a waiting event is due, and whether one waits.
 func (s *memberSync) wait(now time.Time) (time.Duration, bool) {

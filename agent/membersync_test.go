@@ -52,7 +52,9 @@ func TestMemberSyncCoalescesAWave(t *testing.T) {
 
 // An event waiting for its rebuild is synced at once when the election's
 // timer is due, within the interval: the election must see the nodes
-// gossip has revealed before it campaigns.
+// gossip has revealed before it campaigns. With no event read, a rebuild
+// older than urgentRefresh is redone as well: the events of a starved
+// agent may wait unread while serf's member list already has them.
 func TestMemberSyncSyncsAtOnceForTheElection(t *testing.T) {
 	s := memberSync{interval: 250 * time.Millisecond}
 	t0 := time.Unix(1000, 0)
@@ -68,7 +70,10 @@ func TestMemberSyncSyncsAtOnceForTheElection(t *testing.T) {
 	}{
 		{20 * time.Millisecond, false, 1, "a tick within the interval: the event waits"},
 		{30 * time.Millisecond, true, 2, "the election's timer is due: the waiting event is synced at once"},
-		{40 * time.Millisecond, true, 2, "nothing waits: no rebuild"},
+		{40 * time.Millisecond, true, 2, "nothing read since a rebuild 10 ms ago: no rebuild"},
+		{60 * time.Millisecond, false, 2, "a tick, nothing waits: no rebuild"},
+		{90 * time.Millisecond, true, 3, "the election's timer is due 60 ms after the last rebuild: rebuilt from serf's list, events may wait unread"},
+		{100 * time.Millisecond, true, 3, "due again 10 ms later: no rebuild"},
 	} {
 		if s.due(t0.Add(step.at), step.urgent, sync); syncs != step.want {
 			t.Fatalf("%s: %d rebuilds, want %d", step.what, syncs, step.want)
