@@ -48,7 +48,7 @@ func TestRoundTripEstimate(t *testing.T) {
 	}
 }
 
-// TestPeerWait: reach probes and lease rounds wait the acquire budget, or
+// TestPeerWait: reach probes and acquire rounds wait the acquire budget, or
 // the round-trip estimate when longer, at most the coordinator timeout and
 // half of what a renewal interval leaves of the lease's validity.
 func TestPeerWait(t *testing.T) {
