@@ -76,14 +76,14 @@ func (c *core) wantsProbe(now time.Time) bool {
 // most often concludes before it. The window does not widen with the peer
 // wait (peerWait): while a fleet starts that wait is longest, and a wider
 // window has more of the fleet probe the voters at once. It once was a
-// whole probe interval wider,
-// so that the periodic probe surely fell in it; but in a fleet that
-// starts in name order each new node is, for its first seconds, the
-// highest it knows, and nearly every node probed every voter once while
-// it started: each of five voters answered about 110 probes, most on new
-// TLS connections, while 100 agents started. A node's first probe is due
-// when its window opens (reach.next is zero), and by then the nodes that
-// started after it are most often listed and have put its campaign off.
+// whole probe interval wider, so that the periodic probe surely fell in it;
+// but in a fleet that starts in name order each new node is, for its first
+// seconds, the highest it knows, and nearly every node probed every voter
+// once while it started: each of five voters answered about 110 probes,
+// most on new TLS connections, while 100 agents started. A node's first
+// probe is due when its window opens (reach.next is zero), and by then the
+// nodes that started after it are most often listed and have put its
+// campaign off.
 func (c *core) campaignNear(now time.Time, st bully.Status) bool {
 	if st.State != bully.StateFollower && st.State != bully.StateWaiting {
 		return true
