@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,4 +193,21 @@ func busiest(agents []*scaleAgent, k int) string {
 		fmt.Fprintf(&b, "%s %.2f s", u.name, u.secs)
 	}
 	return b.String()
+}
+
+// versionCPU is the mean CPU time (user and system, the exec included) of
+// `bin --version` over runs starts, taken on the idle machine before the
+// fleet starts. A process start is the first cost of every agent, and the
+// figure tells runs on a slower day apart from a slower build: the start
+// is CPU-bound, so the time to agree moves with it.
+func versionCPU(bin string, runs int) (time.Duration, error) {
+	var sum time.Duration
+	for range runs {
+		cmd := exec.Command(bin, "--version")
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("%s --version: %w", bin, err)
+		}
+		sum += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	return sum / time.Duration(runs), nil
 }

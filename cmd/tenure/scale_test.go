@@ -13,6 +13,7 @@ package main
 //	make scale N=10 VOTERS=3   # the CI-sized form
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -82,7 +83,8 @@ type scaleResult struct {
 	Leader        string     `json:"leader"`
 	Failover      float64    `json:"failover_s"` // -1: none within the wait
 	FailoverEpoch uint64     `json:"failover_epoch"`
-	StartCPU      float64    `json:"start_cpu_s"` // mean CPU seconds per agent from start to agreement
+	StartCPU      float64    `json:"start_cpu_s"`    // mean CPU seconds per agent from start to agreement
+	VersionCPU    float64    `json:"version_cpu_ms"` // mean CPU milliseconds of one `tenure --version` on the idle machine (versionCPU)
 	Idle          idleResult `json:"idle"`
 	Load          [2]string  `json:"load"` // load average at start and end
 }
@@ -104,6 +106,13 @@ func TestScale(t *testing.T) {
 		os.RemoveAll(work)
 	})
 	res := scaleResult{N: n, Voters: voters, Timing: *scaleTiming, Agree: -1, Failover: -1}
+	bin := cmp.Or(*scaleBinary, binary)
+	if cpu, err := versionCPU(bin, 40); err != nil {
+		t.Fatal(err)
+	} else {
+		res.VersionCPU = float64(cpu.Microseconds()) / 1000
+		t.Logf("%s --version takes %.1f ms of CPU on the idle machine (the mean of 40 starts)", filepath.Base(bin), res.VersionCPU)
+	}
 	res.Load[0] = loadAverage()
 	agents := scaleAgents(t, work, n, voters)
 	t.Cleanup(func() { stopAgents(agents) })
