@@ -201,6 +201,20 @@ func TestCollidingCandidatesDoNotWaitOutPromises(t *testing.T) {
 // -schedules=5000 for a long run.
 var schedules = flag.Int("schedules", 0, "random schedules for TestRandomQuorumSchedules")
 
+// schedulesFrom is the index of the first schedule: a schedule's seed
+// comes from its test name, which ends in its index, so the same indices
+// replay the same schedules and -schedules.from=5000 explores new ones.
+var schedulesFrom = flag.Int("schedules.from", 0, "index of the first random schedule (new indices are new seeds)")
+
+// scheduleIndices are the indices of runs schedules from -schedules.from.
+func scheduleIndices(runs int) []int {
+	out := make([]int, runs)
+	for i := range out {
+		out[i] = *schedulesFrom + i
+	}
+	return out
+}
+
 // TestRandomQuorumSchedules runs many random schedules of crashes, restarts
 // (with and without the disk of one node), failing disks, partitions
 // (halves, isolating the leader, one-way cuts), peer links cut while gossip
@@ -216,7 +230,7 @@ func TestRandomQuorumSchedules(t *testing.T) {
 	if testing.Short() && *schedules == 0 {
 		runs = 30
 	}
-	for i := range runs {
+	for _, i := range scheduleIndices(runs) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runSchedule(t, i, false) })
 	}
 }
@@ -226,7 +240,7 @@ func TestRandomQuorumSchedules(t *testing.T) {
 // schedules must find the overlap (docs/RELIABILITY.md).
 func TestRandomSchedulesFindEagerRelease(t *testing.T) {
 	found, runs := 0, cmp.Or(*schedules/20, 20)
-	for i := range runs {
+	for _, i := range scheduleIndices(runs) {
 		ft := &fakeT{TB: t, name: fmt.Sprintf("%s/%d", t.Name(), i)}
 		func() {
 			defer func() { recover() }()
@@ -686,7 +700,7 @@ func TestRandomBootstrapRaces(t *testing.T) {
 	if testing.Short() && *schedules == 0 {
 		runs = 20
 	}
-	for i := range runs {
+	for _, i := range scheduleIndices(runs) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runBootstrapRace(t, i) })
 	}
 }
@@ -790,7 +804,7 @@ func TestLoadedNetworkFailsOverInOneTerm(t *testing.T) {
 		{100 * time.Millisecond, 450 * time.Millisecond},
 		{300 * time.Millisecond, 700 * time.Millisecond},
 	} {
-		for i := range runs {
+		for _, i := range scheduleIndices(runs) {
 			t.Run(fmt.Sprintf("%v-%v/%d", lag[0], lag[1], i), func(t *testing.T) {
 				s := newCsim(t, testlog.Seed(t))
 				s.lag = lag
