@@ -367,22 +367,29 @@ func (t *Table) Tick(now time.Time) []Reply {
 
 // rebalance marks partitions to revoke, so that every member of a group
 // (a node holding or waiting for its partitions) ends up with its share of
-// the partitions rounded down or up: one at a time, the richest member
-// gives one back (its last by name) for the poorest, while the poorest
-// holds less than its share rounded down or the richest more than it
-// rounded up. Only partitions that must move do; nothing moves while the
-// group is within those bounds.
+// the partitions rounded down or up: one at a time, a partition moves
+// from a richer member to a poorer one, while the poorer holds less than
+// its share rounded down and the richer more than it, or the richer more
+// than its share rounded up and the poorer less. Only partitions that must
+// move do; nothing moves while the group is within those bounds.
 //
-// The poorest is taken among the members that wait for a partition: only
-// they can be given one. A member that holds partitions and waits for
-// none is either holding every partition it asked for (then it is the
-// richest) or gone (its agent failed, DropNode removed its waits, and its
-// leases run out): revoking partitions for it would only hand them from
-// one live member to the next until its last lease ran out.
+// A partition is revoked only for a member that waits for that very
+// partition: the revoked partition goes to the least loaded of its own
+// waiters, so revoking one the poorer member does not wait for would hand
+// it back to its holder, and again at every tick. The poorest member that
+// can be helped is served first, from the richest member holding one of
+// the partitions it waits for (the last by name).
+//
+// Only members that wait can be given a partition. A member that holds
+// partitions and waits for none is either holding every partition it
+// asked for (then it is the richest) or gone (its agent failed, DropNode
+// removed its waits, and its leases run out): revoking partitions for it
+// would only hand them from one live member to the next until its last
+// lease ran out.
 func (t *Table) rebalance(now time.Time) {
 	type member struct {
-		held  []string // not being revoked
-		waits bool     // for some partition of the group
+		held  []string        // not being revoked, sorted by name
+		waits map[string]bool // the group's partitions it waits for
 	}
 	groups := map[string]map[string]*member{}
 	parts := map[string]int{}
@@ -399,7 +406,7 @@ func (t *Table) rebalance(now time.Time) {
 		parts[e.group]++
 		add := func(node string) *member {
 			if g[node] == nil {
-				g[node] = &member{}
+				g[node] = &member{waits: map[string]bool{}}
 			}
 			return g[node]
 		}
@@ -410,7 +417,7 @@ func (t *Table) rebalance(now time.Time) {
 			}
 		}
 		for _, w := range e.waiters {
-			add(w.who.Node.Name).waits = true
+			add(w.who.Node.Name).waits[name] = true
 		}
 	}
 	for group, members := range groups {
@@ -420,31 +427,43 @@ func (t *Table) rebalance(now time.Time) {
 		}
 		low, high := p/n, (p+n-1)/n
 		nodes := make([]string, 0, n)
-		count := map[string]int{}
-		for node, m := range members {
+		for node := range members {
 			nodes = append(nodes, node)
-			count[node] = len(m.held)
 		}
 		sort.Strings(nodes)
-		// Move one partition at a time from the richest member to the
-		// poorest, while the poorest is below its share rounded down, or
-		// the richest above it rounded up.
+		// count is what each member holds once the moves made so far
+		// land (a revoked partition goes to a waiter as poor as the one
+		// it was revoked for, or poorer).
+		count := map[string]int{}
+		for _, node := range nodes {
+			count[node] = len(members[node].held)
+		}
 		for {
-			rich, poor := nodes[0], ""
-			for _, node := range nodes {
-				if count[node] > count[rich] {
-					rich = node
+			poor, rich, part := "", "", ""
+			for _, to := range nodes {
+				if len(members[to].waits) == 0 || poor != "" && count[to] >= count[poor] {
+					continue
 				}
-				if members[node].waits && (poor == "" || count[node] < count[poor]) {
-					poor = node
+				for _, from := range nodes {
+					must := count[to] < low && count[from] > low || count[from] > high && count[to] < high
+					if !must || rich != "" && poor == to && count[from] <= count[rich] {
+						continue
+					}
+					for _, name := range slices.Backward(members[from].held) {
+						if members[to].waits[name] {
+							poor, rich, part = to, from, name
+							break
+						}
+					}
 				}
 			}
-			if poor == "" || !(count[poor] < low && count[rich] > low) && !(count[rich] > high && count[poor] < high) {
+			if part == "" {
 				break
 			}
+			t.names[part].revoking = true
 			m := members[rich]
-			t.names[m.held[len(m.held)-1]].revoking = true
-			m.held = m.held[:len(m.held)-1]
+			m.held = slices.DeleteFunc(m.held, func(s string) bool { return s == part })
+			delete(members[poor].waits, part)
 			count[rich]--
 			count[poor]++
 		}
