@@ -26,6 +26,10 @@ import (
 //     not start to depend on a voter that refuses them.
 //   - The set is odd where possible: an even set tolerates no more
 //     failures than the odd set one smaller, and needs one more grant.
+//     A live voter is demoted for that only when no live member that may
+//     vote could fill the vacancy once stable (mayFill): until then the
+//     set stays even, so a graceful stop of one of two voters still hands
+//     its seat over.
 //   - A step is proposed only while a majority of the current voters and
 //     of the new set are alive, so it can commit.
 
@@ -180,6 +184,25 @@ func (c *core) candidates(now time.Time, r leasing.Roster) []memberView {
 	return out
 }
 
+// mayFill counts the live members that may become voters of r, stable and
+// ready or not yet: the seats they can fill count towards the set's size
+// before it is made odd. A live voter is demoted to make the set odd only
+// when nobody can take the vacancy. Counting only the members ready now,
+// a leader dropped a dead voter of three and demoted a live one in the
+// same step (the node that could take the seat had just joined; a leader
+// that has just taken over has seen nobody stable for PromoteAfter yet),
+// and the graceful stop of the one voter left then left the cluster with
+// no voter to grant a lease.
+func (c *core) mayFill(r leasing.Roster) int {
+	n := 0
+	for _, mv := range c.live {
+		if c.mayVote(r, mv) {
+			n++
+		}
+	}
+	return n
+}
+
 // readyToVote reports whether mv answered lately that its restart hold is over
 // (this node knows its own).
 func (c *core) readyToVote(now time.Time, mv memberView) bool {
@@ -199,7 +222,7 @@ func (c *core) desiredVoters(now time.Time, r leasing.Roster) []leasing.Node {
 		}
 	}
 	cands := c.candidates(now, r)
-	want := oddDown(min(c.targetSeats(), len(set)+len(cands)))
+	want := oddDown(min(c.targetSeats(), len(set)+c.mayFill(r)))
 	for len(set) > max(want, 1) {
 		d := c.demotee(now, set)
 		set = slices.DeleteFunc(set, func(v leasing.Node) bool { return v == d })
