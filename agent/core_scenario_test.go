@@ -329,7 +329,11 @@ func (s *csim) finalPhase() {
 		// A new leader's grace is at most the longest TTL a voter accepts.
 		s.named.checkServed(s, namedTTLFactor*maxTTLFactor*s.maxTTL()+4*s.ttl+5*time.Second)
 	}
-	if len(s.peerCut) == 0 {
+	// Beyond tolerance no leader can change the roster, so it cannot
+	// converge: a voter that left while it could not be taken out of the
+	// roster (its leave raced a change that made it needed, or it was
+	// cut off from the leader) is lost for good.
+	if len(s.peerCut) == 0 && !s.beyondTolerance() {
 		s.checkRosterConverged()
 	}
 }
