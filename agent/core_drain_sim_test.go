@@ -70,15 +70,20 @@ func (s *csim) undrained() int {
 	return k
 }
 
-// keepTwoEligible lifts drains (of running nodes first; a stopped one boots
+// keepTwoEligible lifts drains (of running nodes; a stopped one boots
 // undrained) until two nodes that have not left are undrained: graceful
-// leaves may have taken the undrained ones.
+// leaves may have taken the undrained ones. A frozen node is skipped: it
+// cannot be told, and it still runs drained when it resumes (marking it
+// undrained here once left the final phase with its only eligible node
+// cut off, while the check counted a frozen-then-resumed node as a
+// second one).
 func (s *csim) keepTwoEligible() {
 	for _, name := range s.order {
 		if n := s.nodes[name]; s.undrained() < 2 && n.drained && !n.left {
-			if n.up && !n.paused {
+			switch {
+			case n.up && !n.paused:
 				s.setDrained(name, false)
-			} else {
+			case !n.up:
 				n.drained = false // lifted by the operator while it was stopped
 			}
 		}

@@ -305,6 +305,10 @@ func (s *csim) finalPhase() {
 		}
 		s.nodes[name].paused = false
 	}
+	// Graceful leaves may have taken the undrained nodes; the operator
+	// lifts drains until two can lead, as after every drain (the node
+	// cut off below may be one of them).
+	s.keepTwoEligible()
 	if s.rand.IntN(2) == 0 {
 		s.cutOff = s.order[s.rand.IntN(len(s.order))]
 		s.isolatePeers(s.cutOff)
