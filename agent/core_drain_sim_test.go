@@ -73,10 +73,9 @@ func (s *csim) undrained() int {
 // keepTwoEligible lifts drains (of running nodes; a stopped one boots
 // undrained) until two nodes that have not left are undrained: graceful
 // leaves may have taken the undrained ones. A frozen node is skipped: it
-// cannot be told, and it still runs drained when it resumes (marking it
-// undrained here once left the final phase with its only eligible node
-// cut off, while the check counted a frozen-then-resumed node as a
-// second one).
+// cannot be told, and it still runs drained when it resumes. Marking one
+// undrained here without telling it once left the final phase with the
+// node it cut off as the only one that could lead.
 func (s *csim) keepTwoEligible() {
 	for _, name := range s.order {
 		if n := s.nodes[name]; s.undrained() < 2 && n.drained && !n.left {

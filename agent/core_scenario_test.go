@@ -206,7 +206,8 @@ var schedules = flag.Int("schedules", 0, "random schedules for TestRandomQuorumS
 // replay the same schedules and -schedules.from=5000 explores new ones.
 var schedulesFrom = flag.Int("schedules.from", 0, "index of the first random schedule (new indices are new seeds)")
 
-// scheduleIndices are the indices of runs schedules from -schedules.from.
+// scheduleIndices returns the indices of runs schedules, from
+// -schedules.from on.
 func scheduleIndices(runs int) []int {
 	out := make([]int, runs)
 	for i := range out {
