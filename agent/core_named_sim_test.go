@@ -177,9 +177,8 @@ func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
 	linked := func(a, b string) bool {
 		return a == b || s.reach(a, b) && s.reach(b, a) && !s.peerCut[[2]string{a, b}] && !s.peerCut[[2]string{b, a}]
 	}
-	wanted := func() map[string]bool {
+	wanted := func(leader string) map[string]bool {
 		w := map[string]bool{}
-		leader := s.leader()
 		if leader == "" {
 			return w // not served until a leader leads (the loop below)
 		}
@@ -212,8 +211,9 @@ func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
 		return true
 	}
 	for end := s.now.Add(bound); ; s.tick() {
-		want := wanted()
-		if s.leader() != "" && served(want) {
+		leader := s.leader()
+		want := wanted(leader)
+		if leader != "" && served(want) {
 			return
 		}
 		if !s.now.Before(end) {

@@ -1,6 +1,7 @@
 package named
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -438,25 +439,33 @@ func (t *Table) rebalance(now time.Time) {
 		for _, node := range nodes {
 			count[node] = len(members[node].held)
 		}
-		for {
-			poor, rich, part := "", "", ""
-			for _, to := range nodes {
-				if len(members[to].waits) == 0 || poor != "" && count[to] >= count[poor] {
-					continue
-				}
-				for _, from := range nodes {
-					must := count[to] < low && count[from] > low || count[from] > high && count[to] < high
-					if !must || rich != "" && poor == to && count[from] <= count[rich] {
+		// nextMove is the partition to move next: for the poorest member
+		// that can be helped, from the richest member holding one it
+		// waits for, the last such by name; ties go to the first member
+		// by name. part is "" when nothing must move.
+		nextMove := func() (poor, rich, part string) {
+			byCount := func(sign int) []string {
+				out := slices.Clone(nodes)
+				slices.SortStableFunc(out, func(a, b string) int { return sign * cmp.Compare(count[a], count[b]) })
+				return out
+			}
+			richest := byCount(-1)
+			for _, to := range byCount(1) {
+				for _, from := range richest {
+					if !(count[to] < low && count[from] > low || count[from] > high && count[to] < high) {
 						continue
 					}
 					for _, name := range slices.Backward(members[from].held) {
 						if members[to].waits[name] {
-							poor, rich, part = to, from, name
-							break
+							return to, from, name
 						}
 					}
 				}
 			}
+			return "", "", ""
+		}
+		for {
+			poor, rich, part := nextMove()
 			if part == "" {
 				break
 			}
