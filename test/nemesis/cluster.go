@@ -253,6 +253,33 @@ func (c *Cluster) Kill(nodes ...*Node) error {
 	return nil
 }
 
+// StopAgents records a graceful stop of nodes, then stops their agents
+// with SIGTERM, as systemd would, one after the other: a leader hands its
+// term over and a voter its seat before it goes. An agent that has to be
+// killed after stopWait, or exits with an error, is an error.
+func (c *Cluster) StopAgents(nodes ...*Node) error {
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n *Node) bool { return n.agent == nil })
+	for _, n := range nodes {
+		if !n.Up() {
+			return fmt.Errorf("nemesis: stop %s: paused", n.Name)
+		}
+	}
+	if _, err := c.events.Record(check.EventStop, names(nodes), ""); err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		p := n.agent
+		n.agent = nil
+		if err := p.Stop(syscall.SIGTERM, stopWait); err != nil {
+			return fmt.Errorf("nemesis: stop %s's agent: %w", n.Name, err)
+		}
+		if _, err := p.Exited(); err != nil {
+			return fmt.Errorf("nemesis: %s's agent, stopped with SIGTERM, exited with %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
 // Wipe records a wipe of n's data dir and removes it; n's agent must be
 // down.
 func (c *Cluster) Wipe(n *Node) error {

@@ -22,6 +22,7 @@ var (
 	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
 	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
+	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
 )
 
@@ -133,9 +134,9 @@ func TestSchedules(t *testing.T) {
 	for i := range *schedulesFlag {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			plan := Plan(s, *stepsFlag, true)
-			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d):\n%s",
-				s, s, *stepsFlag, DescribePlan(plan))
+			plan := Plan(s, *stepsFlag, true, *opsFlag)
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t):\n%s",
+				s, s, *stepsFlag, *opsFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
 				tally.Add(res)

@@ -37,6 +37,7 @@ type stepJSON struct {
 	What     string  `json:"what"`
 	StableMS int64   `json:"stable_ms"`
 	Unstable string  `json:"unstable,omitempty"`
+	Refused  string  `json:"refused,omitempty"`
 }
 
 // write writes report.json and summary.txt into the run directory.
@@ -46,7 +47,7 @@ func (r *Result) write(o RunOptions) error {
 		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), Check: r.Report}
 	for _, s := range r.Steps {
 		rep.Steps = append(rep.Steps, stepJSON{Kind: s.Step.Kind, HoldMS: s.Step.Hold.Milliseconds(), Loss: s.Step.Loss,
-			What: s.What, StableMS: s.Stable.Milliseconds(), Unstable: s.Unstable})
+			What: s.What, StableMS: s.Stable.Milliseconds(), Unstable: s.Unstable, Refused: s.Refused})
 	}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
@@ -81,6 +82,9 @@ func (r *Result) Summary(o RunOptions) string {
 	fmt.Fprintf(&b, "boot: %s\n", agreement(r.Boot, r.BootUnstable))
 	for i, s := range r.Steps {
 		fmt.Fprintf(&b, "step %2d: %-28s %-24s %s\n", i+1, s.Step, s.What, s.agreement())
+		if s.Refused != "" {
+			fmt.Fprintf(&b, "         refused: %s\n", s.Refused)
+		}
 	}
 	for i := len(r.Steps); i < len(r.Plan); i++ {
 		fmt.Fprintf(&b, "step %2d: %s: not run\n", i+1, r.Plan[i])
@@ -104,9 +108,11 @@ type Tally struct {
 	Runs        int
 	FailedSeeds []uint64
 	// Faults counts the steps run, by kind; Unstable those after which the
-	// agents did not agree on a leader within the wait.
+	// agents did not agree on a leader within the wait; Refused the
+	// operator's steps whose command the agent refused.
 	Faults   map[string]int
 	Unstable map[string]int
+	Refused  map[string]int
 	// Agree is the longest time to agree on a leader after a heal, by kind.
 	Agree map[string]time.Duration
 	// Liveness is every heal's time to a lease, as the checker measured.
@@ -117,7 +123,7 @@ type Tally struct {
 // Add counts one run.
 func (t *Tally) Add(r *Result) {
 	if t.Faults == nil {
-		t.Faults, t.Unstable, t.Agree, t.Failed = map[string]int{}, map[string]int{}, map[string]time.Duration{}, map[string]int{}
+		t.Faults, t.Unstable, t.Refused, t.Agree, t.Failed = map[string]int{}, map[string]int{}, map[string]int{}, map[string]time.Duration{}, map[string]int{}
 	}
 	t.Runs++
 	if !r.OK() {
@@ -128,6 +134,9 @@ func (t *Tally) Add(r *Result) {
 		t.Agree[s.Step.Kind] = max(t.Agree[s.Step.Kind], s.Stable)
 		if s.Unstable != "" {
 			t.Unstable[s.Step.Kind]++
+		}
+		if s.Refused != "" {
+			t.Refused[s.Step.Kind]++
 		}
 	}
 	if r.Report != nil {
@@ -147,9 +156,9 @@ func (t *Tally) String() string {
 	if len(t.FailedSeeds) > 0 {
 		fmt.Fprintf(&b, " (seeds %v; failed checks %v)", t.FailedSeeds, t.Failed)
 	}
-	b.WriteString("\nfault              steps  no agreement  longest time to agree after the heal\n")
+	b.WriteString("\nfault              steps  no agreement  refused  longest time to agree after the heal\n")
 	for _, k := range slices.Sorted(maps.Keys(t.Faults)) {
-		fmt.Fprintf(&b, "%-18s %5d  %12d  %v\n", k, t.Faults[k], t.Unstable[k], t.Agree[k].Round(time.Millisecond))
+		fmt.Fprintf(&b, "%-18s %5d  %12d  %7d  %v\n", k, t.Faults[k], t.Unstable[k], t.Refused[k], t.Agree[k].Round(time.Millisecond))
 	}
 	if n := len(t.Liveness); n > 0 {
 		l := slices.Sorted(slices.Values(t.Liveness))

@@ -99,14 +99,16 @@ func run(o RunOptions, res *Result) (err error) {
 		if crashed := c.Crashed(); len(crashed) > 0 {
 			return fmt.Errorf("nemesis: before step %d: %v", i+1, crashed)
 		}
-		what, err := c.RunStep(s)
+		r, err := c.RunStep(s)
 		if err != nil {
 			return fmt.Errorf("nemesis: step %d (%s): %w", i+1, s, err)
 		}
 		lastHeal = time.Now()
-		r := StepResult{Step: s, What: what}
 		r.Stable, r.Unstable = c.WaitStable(bound + stableSlack)
-		log.Info(fmt.Sprintf("step %d: %s (%s); %s", i+1, s, what, r.agreement()))
+		if r.Refused != "" {
+			log.Warn(fmt.Sprintf("step %d: refused: %s", i+1, r.Refused))
+		}
+		log.Info(fmt.Sprintf("step %d: %s (%s); %s", i+1, s, r.What, r.agreement()))
 		res.Steps = append(res.Steps, r)
 		time.Sleep(2 * o.Cluster.TTL) // settle: renewals, a preemption by a returning higher node
 	}

@@ -3,9 +3,11 @@
 package nemesis
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -14,6 +16,9 @@ type StepResult struct {
 	Step Step
 	// What names the nodes and sides the step chose.
 	What string
+	// Refused is an operator's command the agent refused, with its exit
+	// status and output; empty when it did what it was asked.
+	Refused string
 	// Stable is how long after the heal every running agent agreed on a
 	// leader again; Unstable says what was still missing if they did not
 	// within the wait.
@@ -27,9 +32,21 @@ const writerWait = 5 * time.Second
 // RunStep applies s to the cluster, holds it, undoes it and records the
 // heal; it returns what it did. Faults aimed at the leader hit a random
 // running node when none is known.
-func (c *Cluster) RunStep(s Step) (string, error) {
-	rng := rand.New(rand.NewPCG(s.Pick, 1))
-	all := names(c.nodes)
+func (c *Cluster) RunStep(s Step) (StepResult, error) {
+	r := StepResult{Step: s}
+	var err error
+	switch s.Kind {
+	case FaultStop, FaultDrain, FaultTransfer, FaultResign:
+		r.What, r.Refused, err = c.operate(s)
+	default:
+		r.What, err = c.fault(s)
+	}
+	return r, err
+}
+
+// target is the leader, once its writer writes (or writerWait has
+// passed), or a random running node when no leader is known.
+func (c *Cluster) target(s Step, rng *rand.Rand) (*Node, error) {
 	target := c.Leader()
 	if target == nil {
 		target = c.randomUp(rng)
@@ -37,7 +54,18 @@ func (c *Cluster) RunStep(s Step) (string, error) {
 		c.cfg.Logger.Warn("the leader's writer is not writing; the step goes on", "leader", target.Name)
 	}
 	if target == nil {
-		return "", fmt.Errorf("nemesis: %s: no agent is running", s.Kind)
+		return nil, fmt.Errorf("nemesis: %s: no agent is running", s.Kind)
+	}
+	return target, nil
+}
+
+// fault runs a fault step.
+func (c *Cluster) fault(s Step) (string, error) {
+	rng := rand.New(rand.NewPCG(s.Pick, 1))
+	all := names(c.nodes)
+	target, err := c.target(s, rng)
+	if err != nil {
+		return "", err
 	}
 	var p Partition
 	switch s.Kind {
@@ -124,11 +152,60 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 	return what, c.Heal("every agent running, network whole")
 }
 
-// randomUp is a random running, unpaused node, or nil.
-func (c *Cluster) randomUp(rng *rand.Rand) *Node {
+// operate runs an operator's step on the leader (a stop or a drain: on
+// another running node half the time) and records the heal once it is
+// undone: the stopped agent restarted, the drain lifted.
+func (c *Cluster) operate(s Step) (what, refused string, err error) {
+	rng := rand.New(rand.NewPCG(s.Pick, 1))
+	leader, err := c.target(s, rng)
+	if err != nil {
+		return "", "", err
+	}
+	node := leader
+	if rng.IntN(2) == 0 {
+		node = c.randomUp(rng)
+	}
+	what = node.Name
+	if node == leader {
+		what += " (leader)"
+	}
+	switch s.Kind {
+	case FaultStop:
+		if err = c.StopAgents(node); err == nil {
+			time.Sleep(s.Hold)
+			err = c.StartAgents(node)
+		}
+	case FaultDrain:
+		if refused, err = c.Operate(node, "drain"); err == nil {
+			time.Sleep(s.Hold)
+			var lifted string
+			lifted, err = c.Operate(node, "drain", "--off")
+			refused = strings.TrimSpace(refused + " " + lifted)
+		}
+	case FaultTransfer:
+		// Asked of any node (it goes through the leader), for another.
+		to := c.randomUp(rng, leader)
+		if to == nil {
+			return "", "", errors.New("nemesis: transfer: no running node but the leader")
+		}
+		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
+		refused, err = c.Operate(node, "transfer", to.Name)
+	case FaultResign:
+		what = leader.Name
+		refused, err = c.Operate(leader, "resign", "--hold", s.Hold.String())
+	}
+	if err != nil {
+		return what, refused, err
+	}
+	return what, refused, c.Heal("every agent running and undrained, network whole")
+}
+
+// randomUp is a random running, unpaused node other than those of but,
+// or nil.
+func (c *Cluster) randomUp(rng *rand.Rand, but ...*Node) *Node {
 	var up []*Node
 	for _, n := range c.nodes {
-		if n.Up() {
+		if n.Up() && !slices.Contains(but, n) {
 			up = append(up, n)
 		}
 	}

@@ -5,6 +5,7 @@ package nemesis
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -29,6 +30,21 @@ const (
 	FaultCrash = "crash-leader"
 )
 
+// Operator actions, drawn beside the faults when a plan includes them:
+// what the README tells an operator to do to a running cluster. They are
+// not faults, but each hands leadership over, and a hand-over is where
+// the order of journal, hooks, writer and release matters.
+const (
+	FaultStop     = "stop"     // SIGTERM of a node's agent (a graceful leave), restarted after the hold
+	FaultDrain    = "drain"    // tenure drain on a node, lifted with drain --off after the hold
+	FaultTransfer = "transfer" // tenure transfer of the leader's term to another running node
+	FaultResign   = "resign"   // tenure resign --hold on the leader, the hold drawn as a fault's
+)
+
+// operatorDrawn are the operator actions a plan with them draws from,
+// after the faults.
+var operatorDrawn = []string{FaultStop, FaultDrain, FaultTransfer, FaultResign}
+
 // drawn are the kinds a step is drawn from, each equally likely; a join
 // replaces the draw once per schedule, at a random step.
 var drawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss,
@@ -52,8 +68,10 @@ type Step struct {
 
 func (s Step) String() string {
 	switch {
-	case s.Kind == FaultJoin || s.Kind == FaultCrash:
+	case s.Kind == FaultJoin || s.Kind == FaultCrash || s.Kind == FaultTransfer:
 		return s.Kind
+	case s.Kind == FaultResign:
+		return fmt.Sprintf("%s --hold %v", s.Kind, s.Hold)
 	case s.Kind == FaultLoss:
 		return fmt.Sprintf("%s %.0f%% for %v", s.Kind, s.Loss*100, s.Hold)
 	}
@@ -62,16 +80,23 @@ func (s Step) String() string {
 
 // Plan draws a schedule of steps from seed: the same seed gives the same
 // steps. Partitions and kills hold 2–10 s, pauses their fixed lengths,
-// pauses of a host 3, 8 or 15 s, a restart of all 1–5 s.
-func Plan(seed uint64, steps int, join bool) []Step {
+// pauses of a host 3, 8 or 15 s, a restart of all 1–5 s. With ops the
+// operator actions are drawn too, each as likely as a fault (stops and
+// drains hold 2–10 s, a resign's --hold is 2–10 s); without, a seed gives
+// the plan it gave before they existed.
+func Plan(seed uint64, steps int, join, ops bool) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
+	kinds := drawn
+	if ops {
+		kinds = append(slices.Clip(drawn), operatorDrawn...)
+	}
 	joinAt := -1
 	if join && steps > 1 {
 		joinAt = 1 + rng.IntN(steps-1)
 	}
 	var plan []Step
 	for i := range steps {
-		s := Step{Kind: drawn[rng.IntN(len(drawn))], Hold: time.Duration(2000+rng.IntN(8001)) * time.Millisecond, Pick: rng.Uint64()}
+		s := Step{Kind: kinds[rng.IntN(len(kinds))], Hold: time.Duration(2000+rng.IntN(8001)) * time.Millisecond, Pick: rng.Uint64()}
 		switch s.Kind {
 		case FaultPause:
 			s.Hold = PauseLengths[rng.IntN(len(PauseLengths))]

@@ -134,17 +134,17 @@ func TestUDPCutAndLossLeaveTCP(t *testing.T) {
 
 // TestPlanReplaysItsSeed: a seed gives the same plan every time; holds
 // stay in their ranges; one join, never first; over many seeds every
-// fault is drawn.
+// fault and operator action is drawn.
 func TestPlanReplaysItsSeed(t *testing.T) {
-	if !reflect.DeepEqual(Plan(42, 8, true), Plan(42, 8, true)) {
+	if !reflect.DeepEqual(Plan(42, 8, true, true), Plan(42, 8, true, true)) {
 		t.Fatal("seed 42 gave two plans")
 	}
-	if reflect.DeepEqual(Plan(42, 8, true), Plan(43, 8, true)) {
+	if reflect.DeepEqual(Plan(42, 8, true, true), Plan(43, 8, true, true)) {
 		t.Fatal("seeds 42 and 43 gave the same plan")
 	}
 	kinds := map[string]int{}
-	for seed := range uint64(300) {
-		plan := Plan(seed, 6, true)
+	for seed := range uint64(400) {
+		plan := Plan(seed, 6, true, true)
 		joins := 0
 		for i, s := range plan {
 			kinds[s.Kind]++
@@ -166,9 +166,30 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Clone(drawn), FaultJoin) {
+	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin) {
 		if kinds[k] == 0 {
-			t.Errorf("%s never drawn in 300 plans", k)
+			t.Errorf("%s never drawn in 400 plans", k)
+		}
+	}
+}
+
+// TestPlanWithoutOperatorsKeepsOldSeeds: without operator actions a seed
+// gives the plan it gave before they were added, so the seeds recorded in
+// docs/RELIABILITY.md replay with -nemesis.ops=false.
+func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
+	var got []string
+	for _, s := range Plan(4010, 4, true, false) {
+		got = append(got, s.String())
+	}
+	want := []string{"isolate-leader for 8.268s", "ring for 4.189s", "join", "udp-cut for 6.801s"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("seed 4010 without operators: got %q, want %q", got, want)
+	}
+	for seed := range uint64(200) {
+		for _, s := range Plan(seed, 6, true, false) {
+			if slices.Contains(operatorDrawn, s.Kind) {
+				t.Fatalf("seed %d: %s drawn without operators", seed, s)
+			}
 		}
 	}
 }

@@ -124,7 +124,7 @@ func addVisualization(rep *Report, lin linearization, path string) {
 // countNames are the counts every report carries, 0 or not.
 var countNames = []string{"terms", "writes-ok", "writes-stale", "writes-unknown", "writes-unrecorded",
 	"reads", "reads-unknown", "kills", "pauses", "pause-hosts", "partitions", "heals", "starts", "wipes",
-	"excused-writes", "grace-writes"}
+	"stops", "operator-commands", "excused-writes", "grace-writes"}
 
 // runCounts measures the run's terms, operations and faults.
 func runCounts(run *Run) map[string]int {
@@ -157,7 +157,8 @@ func runCounts(run *Run) map[string]int {
 // partitions.
 func countFaults(c map[string]int, events []Event) {
 	perNode := map[string][]string{EventKill: {"kills"}, EventPause: {"pauses"},
-		EventPauseHost: {"pauses", "pause-hosts"}, EventStart: {"starts"}, EventWipe: {"wipes"}}
+		EventPauseHost: {"pauses", "pause-hosts"}, EventStart: {"starts"}, EventWipe: {"wipes"},
+		EventStop: {"stops"}, EventOperator: {"operator-commands"}}
 	for _, e := range events {
 		for _, name := range perNode[e.Kind] {
 			c[name] += len(e.Nodes)

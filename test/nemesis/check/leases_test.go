@@ -77,6 +77,15 @@ func TestOneLeaseKillOrRestartCutsInterval(t *testing.T) {
 	wantFail(t, CheckOneLease(beliefs([]JournalRecord{lead("h1", 1, 0, 100), lead("h2", 2, 60, 160)})), 1, "40ms")
 }
 
+// A graceful stop or an operator's command cuts nothing: the agent must
+// journal its term's end before it lets the lease go, so a successor that
+// leads before that end is an overlap.
+func TestOneLeaseStopAndOperatorCutNothing(t *testing.T) {
+	journal := []JournalRecord{lead("h1", 1, 0, 100), lead("h2", 2, 60, 160)}
+	wantFail(t, CheckOneLease(beliefs(journal, ev(EventStop, 40, "h1"), ev(EventOperator, 40, "h1"))), 1, "40ms")
+	wantOK(t, CheckOneLease(beliefs(append(journal, end("h1", 1, 55)), ev(EventStop, 40, "h1"))))
+}
+
 // An end record of another epoch does not cut, and a kill of another node
 // does not either.
 func TestOneLeaseCutsOnlyTheirOwn(t *testing.T) {

@@ -65,10 +65,18 @@ const (
 	EventHeal       = "heal"        // every fault undone, all agents running and connected
 	EventWipe       = "wipe"        // the nodes' data dirs wiped before a start
 	EventEnd        = "end"         // the run ends; liveness is not measured after it
+	// EventStop is a SIGTERM of the nodes' agents: a graceful leave, in
+	// which a leader hands its term over. Unlike a kill it cuts no
+	// interval: the agent must end its term in its journal before it
+	// lets the lease go.
+	EventStop = "stop"
+	// EventOperator is an operator's command against the node's agent,
+	// Detail the command line (tenure drain, transfer, resign).
+	EventOperator = "operator"
 )
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
-	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd}
+	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {

@@ -75,8 +75,9 @@ type Report struct {
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
 	// "writes-unrecorded" (values read that no recorded write carries),
 	// "reads" (all reads), "reads-unknown", "kills", "pauses" (pause and
-	// pause-host), "pause-hosts", "starts", "wipes" (each per node),
-	// "partitions", "heals" (before the end), "excused-writes" (I3, after
+	// pause-host), "pause-hosts", "starts", "wipes", "stops" (graceful,
+	// each per node), "operator-commands", "partitions", "heals" (before
+	// the end), "excused-writes" (I3, after
 	// a resume-host) and "grace-writes" (I3, within Options.StopGrace).
 	Counts map[string]int
 }
