@@ -62,28 +62,12 @@ func (c *Cluster) target(s Step, rng *rand.Rand) (*Node, error) {
 // fault runs a fault step.
 func (c *Cluster) fault(s Step) (string, error) {
 	rng := rand.New(rand.NewPCG(s.Pick, 1))
-	all := names(c.nodes)
 	target, err := c.target(s, rng)
 	if err != nil {
 		return "", err
 	}
-	var p Partition
-	switch s.Kind {
-	case FaultHalves:
-		p = Halves(all, rng)
-	case FaultIsolate:
-		p = Isolate(all, target.Name)
-	case FaultRing:
-		p = Ring(all, rng)
-	case FaultBridge:
-		p = Bridge(all, rng)
-	case FaultOneWay:
-		p = OneWay(all, rng)
-	case FaultUDP:
-		p = UDPCut(all, target.Name)
-	case FaultLoss:
-		p = Loss(all, s.Loss)
-	default:
+	p, ok := c.network(s.Kind, s.Loss, target, rng)
+	if !ok {
 		return c.processFault(s, target, rng)
 	}
 	if err := c.Partition(p); err != nil {
@@ -94,6 +78,30 @@ func (c *Cluster) fault(s Step) (string, error) {
 		return "", err
 	}
 	return p.Detail, c.Heal("network whole")
+}
+
+// network is the partition of a network fault of kind (loss its drop
+// probability, target the node an isolation or UDP cut hits); false when
+// kind is not a network fault.
+func (c *Cluster) network(kind string, loss float64, target *Node, rng *rand.Rand) (Partition, bool) {
+	all := names(c.nodes)
+	switch kind {
+	case FaultHalves:
+		return Halves(all, rng), true
+	case FaultIsolate:
+		return Isolate(all, target.Name), true
+	case FaultRing:
+		return Ring(all, rng), true
+	case FaultBridge:
+		return Bridge(all, rng), true
+	case FaultOneWay:
+		return OneWay(all, rng), true
+	case FaultUDP:
+		return UDPCut(all, target.Name), true
+	case FaultLoss:
+		return Loss(all, loss), true
+	}
+	return Partition{}, false
 }
 
 // processFault runs the steps that kill, wipe, pause or add agents.
@@ -153,8 +161,9 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 }
 
 // operate runs an operator's step on the leader (a stop or a drain: on
-// another running node half the time) and records the heal once it is
-// undone: the stopped agent restarted, the drain lifted.
+// another running node half the time), under its network fault if it has
+// one, and records the heal once all is undone: the network whole, the
+// stopped agent restarted, the drain lifted.
 func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	rng := rand.New(rand.NewPCG(s.Pick, 1))
 	leader, err := c.target(s, rng)
@@ -169,30 +178,47 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if node == leader {
 		what += " (leader)"
 	}
-	switch s.Kind {
-	case FaultStop:
-		if err = c.StopAgents(node); err == nil {
-			time.Sleep(s.Hold)
-			err = c.StartAgents(node)
-		}
-	case FaultDrain:
-		if refused, err = c.Operate(node, "drain"); err == nil {
-			time.Sleep(s.Hold)
-			var lifted string
-			lifted, err = c.Operate(node, "drain", "--off")
-			refused = strings.TrimSpace(refused + " " + lifted)
-		}
-	case FaultTransfer:
-		// Asked of any node (it goes through the leader), for another.
-		to := c.randomUp(rng, leader)
+	to := c.randomUp(rng, leader) // a transfer's target
+	if s.Kind == FaultTransfer {
 		if to == nil {
 			return "", "", errors.New("nemesis: transfer: no running node but the leader")
 		}
 		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
+	}
+	if p, ok := c.network(s.Under, s.Loss, leader, rng); ok {
+		if err := c.Partition(p); err != nil {
+			return what, "", err
+		}
+		what += "; " + p.Detail
+	}
+	switch s.Kind {
+	case FaultStop:
+		err = c.StopAgents(node)
+	case FaultDrain:
+		refused, err = c.Operate(node, "drain")
+	case FaultTransfer:
 		refused, err = c.Operate(node, "transfer", to.Name)
 	case FaultResign:
-		what = leader.Name
 		refused, err = c.Operate(leader, "resign", "--hold", s.Hold.String())
+	}
+	if err != nil {
+		return what, refused, err
+	}
+	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
+		time.Sleep(s.Hold)
+	}
+	if s.Under != "" {
+		if err := c.HealNetwork(); err != nil {
+			return what, refused, err
+		}
+	}
+	switch s.Kind {
+	case FaultStop:
+		err = c.StartAgents(node)
+	case FaultDrain:
+		var lifted string
+		lifted, err = c.Operate(node, "drain", "--off")
+		refused = strings.TrimSpace(refused + " " + lifted)
 	}
 	if err != nil {
 		return what, refused, err

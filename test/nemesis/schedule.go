@@ -50,6 +50,9 @@ var operatorDrawn = []string{FaultStop, FaultDrain, FaultTransfer, FaultResign}
 var drawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss,
 	FaultKill, FaultWipe, FaultPause, FaultPauseHost, FaultRestart}
 
+// losses are the drop probabilities a loss is drawn with.
+var losses = []float64{0.05, 0.15, 0.3}
+
 // PauseLengths are the fixed lengths of a pause of the leader's agent.
 var PauseLengths = []time.Duration{3 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second}
 
@@ -64,9 +67,28 @@ type Step struct {
 	// Pick seeds the choices made when the step runs: which nodes, on
 	// which side. Who leads then is the cluster's doing.
 	Pick uint64
+	// Under is, for an operator's action, the network fault (one of
+	// networkDrawn) held while the operator acts, for Hold; empty for
+	// none. Loss is its drop probability when it is a loss.
+	Under string
 }
 
+// networkDrawn are the network faults an operator's action may be drawn
+// under.
+var networkDrawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss}
+
 func (s Step) String() string {
+	if s.Under == "" {
+		return s.bare()
+	}
+	if s.Under == FaultLoss {
+		return fmt.Sprintf("%s under %s %.0f%%", s.bare(), s.Under, s.Loss*100)
+	}
+	return fmt.Sprintf("%s under %s", s.bare(), s.Under)
+}
+
+// bare is the step without the network fault it is under.
+func (s Step) bare() string {
 	switch {
 	case s.Kind == FaultJoin || s.Kind == FaultCrash || s.Kind == FaultTransfer:
 		return s.Kind
@@ -82,8 +104,9 @@ func (s Step) String() string {
 // steps. Partitions and kills hold 2–10 s, pauses their fixed lengths,
 // pauses of a host 3, 8 or 15 s, a restart of all 1–5 s. With ops the
 // operator actions are drawn too, each as likely as a fault (stops and
-// drains hold 2–10 s, a resign's --hold is 2–10 s); without, a seed gives
-// the plan it gave before they existed.
+// drains hold 2–10 s, a resign's --hold is 2–10 s), half of them under a
+// network fault held as long; without, a seed gives the plan it gave
+// before they existed.
 func Plan(seed uint64, steps int, join, ops bool) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
 	kinds := drawn
@@ -105,7 +128,14 @@ func Plan(seed uint64, steps int, join, ops bool) []Step {
 		case FaultRestart:
 			s.Hold = time.Duration(1000+rng.IntN(4001)) * time.Millisecond
 		case FaultLoss:
-			s.Loss = []float64{0.05, 0.15, 0.3}[rng.IntN(3)]
+			s.Loss = losses[rng.IntN(len(losses))]
+		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
+			if rng.IntN(2) == 0 {
+				s.Under = networkDrawn[rng.IntN(len(networkDrawn))]
+				if s.Under == FaultLoss {
+					s.Loss = losses[rng.IntN(len(losses))]
+				}
+			}
 		}
 		if i == joinAt {
 			s = Step{Kind: FaultJoin, Pick: s.Pick}

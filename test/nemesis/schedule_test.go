@@ -148,6 +148,12 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 		joins := 0
 		for i, s := range plan {
 			kinds[s.Kind]++
+			if s.Under != "" {
+				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(networkDrawn, s.Under) {
+					t.Fatalf("seed %d: %s", seed, s)
+				}
+				kinds["under "+s.Under]++
+			}
 			switch {
 			case s.Kind == FaultJoin:
 				joins++
@@ -166,7 +172,7 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin) {
+	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate) {
 		if kinds[k] == 0 {
 			t.Errorf("%s never drawn in 400 plans", k)
 		}
