@@ -153,7 +153,10 @@ func (a *Agent) askLeader(ctx context.Context, leader bully.Node, what string, r
 	}
 	resp, err := a.peers.Call(ctx, addr, body)
 	if err != nil {
-		return fmt.Errorf("agent: %s via leader %s: %w", what, leader.Name, err)
+		// Not the agent's failure but the cluster's state of the moment:
+		// the caller is told, as for a leader not known, and can retry.
+		return fmt.Errorf("%w: the leader this node knows, %s (%s), did not answer the %s: %v; retry, or ask on another node",
+			rpc.ErrNoLeader, leader.Name, addr, what, err)
 	}
 	env, err := decodeEnvelope(resp)
 	if err != nil {

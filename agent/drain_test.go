@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,4 +239,20 @@ func watchBecameLeader(t *testing.T, a *Agent) *atomic.Int64 {
 		<-done
 	})
 	return &n
+}
+
+// TestTransferViaSilentLeaderSaysWhy: a transfer asked of a follower whose
+// leader does not answer (frozen, as a stopped VM) is refused as no_leader
+// with the leader's name and the error, not as an internal failure of the
+// agent that was asked: the operator learns why and can retry.
+func TestTransferViaSilentLeaderSaysWhy(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	c.waitLeader("n3", 20*time.Second)
+	resume := c.agents["n3"].Freeze()
+	defer resume()
+	err := socketCall(c.agents["n1"], func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, "n2") })
+	if !errors.Is(err, rpc.ErrNoLeader) || !strings.Contains(err.Error(), "n3") || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("transfer through n1 while n3 is frozen: %v; want no_leader naming n3", err)
+	}
 }
