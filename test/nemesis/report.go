@@ -117,7 +117,10 @@ type Tally struct {
 	Agree map[string]time.Duration
 	// Liveness is every heal's time to a lease, as the checker measured.
 	Liveness []time.Duration
-	Failed   map[string]int // failed verdicts by check name
+	// HandOvers are the operator's acts that moved leadership, as the
+	// checker measured them.
+	HandOvers []check.HandOver
+	Failed    map[string]int // failed verdicts by check name
 }
 
 // Add counts one run.
@@ -141,6 +144,7 @@ func (t *Tally) Add(r *Result) {
 	}
 	if r.Report != nil {
 		t.Liveness = append(t.Liveness, r.Report.Liveness...)
+		t.HandOvers = append(t.HandOvers, r.Report.HandOvers...)
 		for _, v := range r.Report.Verdicts {
 			if !v.OK {
 				t.Failed[v.Name]++
@@ -171,5 +175,31 @@ func (t *Tally) String() string {
 		fmt.Fprintf(&b, "liveness: %d heals, a lease held through %d; time to a lease: median %v, 90th %v, max %v\n",
 			n, held, l[n/2].Round(time.Millisecond), l[n*9/10].Round(time.Millisecond), l[n-1].Round(time.Millisecond))
 	}
+	writeHandOvers(&b, t.HandOvers)
 	return b.String()
+}
+
+// writeHandOvers sums the hand-overs by act (stop, drain, transfer,
+// resign) and by whether the network was whole: how many, and the time
+// from the act to the next node's lease at the median and at most.
+func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
+	if len(hs) == 0 {
+		return
+	}
+	groups := map[string][]time.Duration{}
+	for _, h := range hs {
+		act := strings.Fields(strings.TrimPrefix(h.Act, "tenure "))[0]
+		if h.Partitioned {
+			act += " under a network fault"
+		}
+		if h.To == "" {
+			act += " (no successor before the end)"
+		}
+		groups[act] = append(groups[act], h.Gap)
+	}
+	b.WriteString("hand-overs by an operator's act, from the act to the next node's lease:\n")
+	for _, act := range slices.Sorted(maps.Keys(groups)) {
+		g := slices.Sorted(slices.Values(groups[act]))
+		fmt.Fprintf(b, "  %-44s %3d  median %v, max %v\n", act, len(g), g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
+	}
 }

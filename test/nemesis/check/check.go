@@ -97,9 +97,10 @@ func check(run *Run, opt Options) (*Report, linearization) {
 	lin, l := checkLinearizable(run.History, opt.checkTimeout())
 	live, waits := CheckLiveness(iv, run.Events, opt.TTL+opt.ElectionBound, runEnd(run))
 	rep := &Report{
-		Verdicts: []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live},
-		Liveness: waits,
-		Counts:   runCounts(run),
+		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live},
+		Liveness:  waits,
+		HandOvers: HandOvers(iv, run.Events, runEnd(run)),
+		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused
 	rep.Counts["grace-writes"] = cc.Graced

@@ -71,6 +71,11 @@ type Report struct {
 	// through the heal). For a heal followed by no lease before the run's
 	// end, the time from the heal to the end: a lower bound.
 	Liveness []time.Duration
+	// HandOvers measures each operator's act that moved leadership on
+	// purpose: who held the lease, who held the next, and how long after
+	// the act. Not a check: the acts' promise (as fast as a resign) is
+	// measured, not judged.
+	HandOvers []HandOver
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
 	// "writes-unrecorded" (values read that no recorded write carries),
@@ -122,6 +127,9 @@ func (r *Report) String() string {
 		}
 	}
 	fmt.Fprintf(&b, "liveness after heals: %s\n", durations(r.Liveness))
+	for _, h := range r.HandOvers {
+		fmt.Fprintf(&b, "hand-over by %s\n", h)
+	}
 	fmt.Fprintf(&b, "counts: %s\n", counts(r.Counts))
 	return b.String()
 }
@@ -155,18 +163,19 @@ type reportJSON struct {
 	OK         bool           `json:"ok"`
 	Verdicts   []Verdict      `json:"verdicts"`
 	LivenessNS []int64        `json:"liveness_ns"`
+	HandOvers  []HandOver     `json:"hand_overs,omitempty"`
 	Counts     map[string]int `json:"counts"`
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds) and "counts". It has a value receiver so
+// "liveness_ns" (nanoseconds), "hand_overs" (if any) and "counts". It has a value receiver so
 // that a Report encodes the same way with or without a pointer.
 func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
 	}
-	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, Counts: r.Counts})
+	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Counts: r.Counts})
 }
 
 // WriteJSON writes the report, indented, to path (report.json in the run
