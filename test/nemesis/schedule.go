@@ -81,10 +81,14 @@ func (s Step) String() string {
 	if s.Under == "" {
 		return s.bare()
 	}
+	under := s.Under
 	if s.Under == FaultLoss {
-		return fmt.Sprintf("%s under %s %.0f%%", s.bare(), s.Under, s.Loss*100)
+		under = fmt.Sprintf("%s %.0f%%", s.Under, s.Loss*100)
 	}
-	return fmt.Sprintf("%s under %s", s.bare(), s.Under)
+	if s.Kind == FaultTransfer { // its bare form has no hold
+		under += fmt.Sprintf(" for %v", s.Hold)
+	}
+	return fmt.Sprintf("%s under %s", s.bare(), under)
 }
 
 // bare is the step without the network fault it is under.
