@@ -174,6 +174,9 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if rng.IntN(2) == 0 {
 		node = c.randomUp(rng)
 	}
+	if s.Kind == FaultResign { // asked of the leader whatever the draw
+		node = leader
+	}
 	what = node.Name
 	if node == leader {
 		what += " (leader)"
@@ -199,7 +202,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	case FaultTransfer:
 		refused, err = c.Operate(node, "transfer", to.Name)
 	case FaultResign:
-		refused, err = c.Operate(leader, "resign", "--hold", s.Hold.String())
+		refused, err = c.Operate(node, "resign", "--hold", s.Hold.String())
 	}
 	if err != nil {
 		return what, refused, err
