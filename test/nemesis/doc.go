@@ -10,7 +10,9 @@
 // isolated leader, a majorities ring, a bridge, one-way, UDP only, random
 // packet loss), kill -9 with and without the data dir, SIGSTOP of the
 // leader's agent or of its whole host, a restart of every agent, and a
-// sixth node with the highest ID joining part way.
+// sixth node with the highest ID joining part way; and, unless told not to,
+// what an operator does: a graceful stop, a drain, a transfer and a resign,
+// half of them under one of the network faults.
 //
 // The package owns the cluster's processes, the faults and the record of
 // them (events.jsonl in the run directory: Events). It judges nothing

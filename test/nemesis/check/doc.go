@@ -13,6 +13,10 @@
 //	I4-monotone       no write accepted below an epoch already accepted
 //	I5                liveness: a leader within TTL+ElectionBound of every heal
 //
+// Beside the checks it measures, without judging, each hand-over an
+// operator made (HandOvers): a graceful stop or drain of the lease holder,
+// a transfer or a resign, and how long after it another node held a lease.
+//
 // The package shares no code with the agent: it imports nothing of
 // github.com/tenurehq/tenure, only the standard library and porcupine, so a
 // bug in the agent's own notion of leases, epochs or time cannot hide
