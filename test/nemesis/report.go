@@ -192,8 +192,11 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 		if h.Partitioned {
 			act += " under a network fault"
 		}
-		if h.To == "" {
+		switch h.To {
+		case "":
 			act += " (no successor before the end)"
+		case h.From:
+			act += " (led again by its node)"
 		}
 		groups[act] = append(groups[act], h.Gap)
 	}

@@ -12,9 +12,12 @@ import (
 // resign) and how long after it the next node held a lease: what the act
 // costs the cluster, measured from the agents' own journals.
 type HandOver struct {
-	Act  string `json:"act"`          // "stop" or the command line, "tenure drain"
-	From string `json:"from"`         // the node that held a lease at the act
-	To   string `json:"to,omitempty"` // the next other node to hold one; "" if none did before the end
+	Act  string `json:"act"`  // "stop" or the command line, "tenure drain"
+	From string `json:"from"` // the node that held a lease at the act
+	// To is the node of the next term after the act: another node, or
+	// From again in a later epoch (a resign whose hold ran out before
+	// another node could lead); "" if none began before the end.
+	To string `json:"to,omitempty"`
 	// Gap is the time from the act to To's lease; with no To, to the end.
 	Gap time.Duration `json:"gap_ns"`
 	// Partitioned says a network fault was on at the act (a partition
@@ -39,13 +42,13 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 		if act == "" || e.T >= end {
 			continue
 		}
-		from, ok := holder(iv, e.T)
-		if !ok || (!anyNode && !slices.Contains(e.Nodes, from)) {
+		held, ok := holder(iv, e.T)
+		if !ok || (!anyNode && !slices.Contains(e.Nodes, held.Node)) {
 			continue
 		}
-		h := HandOver{Act: act, From: from, Gap: time.Duration(end - e.T), Partitioned: partitioned}
+		h := HandOver{Act: act, From: held.Node, Gap: time.Duration(end - e.T), Partitioned: partitioned}
 		for _, in := range iv {
-			if in.Node != from && in.Start >= e.T && in.Start < end {
+			if in.Start >= e.T && in.Start < end && (in.Node != held.Node || in.Epoch != held.Epoch) {
 				h.To, h.Gap = in.Node, time.Duration(in.Start-e.T)
 				break // sorted by Start
 			}
@@ -71,23 +74,26 @@ func handOverAct(e Event) (act string, anyNode bool) {
 	return "", false
 }
 
-// holder is the node inside a believed-valid interval at t, if any.
-func holder(iv []Interval, t int64) (string, bool) {
+// holder is the believed-valid interval that holds t, if any.
+func holder(iv []Interval, t int64) (Interval, bool) {
 	for _, in := range iv {
 		if in.Start > t {
 			break
 		}
 		if t < in.End {
-			return in.Node, true
+			return in, true
 		}
 	}
-	return "", false
+	return Interval{}, false
 }
 
 func (h HandOver) String() string {
 	to := h.To
-	if to == "" {
+	switch to {
+	case "":
 		to = "nobody"
+	case h.From:
+		to += " (again, a later term)"
 	}
 	s := fmt.Sprintf("%s: %s → %s in %v", h.Act, h.From, to, h.Gap.Round(time.Millisecond))
 	if h.Partitioned {

@@ -37,6 +37,13 @@ func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("hand-overs\n got %+v\nwant %+v", got, want)
 	}
+	// A resign whose node leads again, in a later term, before any other
+	// node: the hand-over is to itself.
+	got = HandOvers(beliefs([]JournalRecord{lead("h6", 1, 0, 2000), end("h6", 1, 110), lead("h6", 2, 2300, 4300)}),
+		[]Event{op(100, "h6", "tenure resign --hold 2s")}, ms(5000))
+	if len(got) != 1 || got[0].To != "h6" || got[0].Gap != 2200*time.Millisecond {
+		t.Fatalf("a resign led again by its node: %+v", got)
+	}
 	// With no successor before the end, the gap runs to the end.
 	got = HandOvers(beliefs([]JournalRecord{lead("h5", 1, 0, 2000)}), []Event{ev(EventStop, 100, "h5")}, ms(4000))
 	if len(got) != 1 || got[0].To != "" || got[0].Gap != 3900*time.Millisecond {
