@@ -67,7 +67,8 @@ func transferCommand() *cli.Command {
 }
 
 // waitLeads polls the local agent until it names name leader, for at most
-// d.
+// d. The local agent's view is all it has: cut off from name, it may not
+// see name lead although it does, and the error says so.
 func waitLeads(c *cli.Context, name string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(c.Context, d)
 	defer cancel()
@@ -87,7 +88,7 @@ func waitLeads(c *cli.Context, name string, d time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fail(1, "tenure transfer: %s does not lead after %v (it may have failed to take the lease; the election then picks the leader)", name, d)
+			return fail(1, "tenure transfer: this node does not see %s lead after %v: %s may have failed to take the lease (the election then picks the leader), or this node cannot hear it (`tenure leader` on %s tells)", name, d, name, name)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
