@@ -234,14 +234,9 @@ func (c *Cluster) history(n *Node) string {
 // them to die. Nodes whose agent is down are left out; a paused node must
 // be resumed first.
 func (c *Cluster) Kill(nodes ...*Node) error {
-	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n *Node) bool { return n.agent == nil })
-	if len(nodes) == 0 {
-		return nil
-	}
-	for _, n := range nodes {
-		if n.paused || n.pausedHost {
-			return fmt.Errorf("nemesis: kill %s: paused", n.Name)
-		}
+	nodes, err := running("kill", nodes)
+	if err != nil || len(nodes) == 0 {
+		return err
 	}
 	if _, err := c.events.Record(check.EventKill, names(nodes), ""); err != nil {
 		return err
@@ -253,16 +248,27 @@ func (c *Cluster) Kill(nodes ...*Node) error {
 	return nil
 }
 
+// running returns the nodes whose agent runs, leaving out those whose
+// agent is down, and refuses a paused one: a signal (act names it) would
+// not reach a stopped process as the harness means it to.
+func running(act string, nodes []*Node) ([]*Node, error) {
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n *Node) bool { return n.agent == nil })
+	for _, n := range nodes {
+		if n.paused || n.pausedHost {
+			return nil, fmt.Errorf("nemesis: %s %s: paused", act, n.Name)
+		}
+	}
+	return nodes, nil
+}
+
 // StopAgents records a graceful stop of nodes, then stops their agents
 // with SIGTERM, as systemd would, one after the other: a leader hands its
 // term over and a voter its seat before it goes. An agent that has to be
 // killed after stopWait, or exits with an error, is an error.
 func (c *Cluster) StopAgents(nodes ...*Node) error {
-	nodes = slices.DeleteFunc(slices.Clone(nodes), func(n *Node) bool { return n.agent == nil })
-	for _, n := range nodes {
-		if !n.Up() {
-			return fmt.Errorf("nemesis: stop %s: paused", n.Name)
-		}
+	nodes, err := running("stop", nodes)
+	if err != nil || len(nodes) == 0 {
+		return err
 	}
 	if _, err := c.events.Record(check.EventStop, names(nodes), ""); err != nil {
 		return err

@@ -95,11 +95,12 @@ func check(run *Run, opt Options) (*Report, linearization) {
 	iv := Beliefs(run.Journal, run.Events)
 	children, cc := CheckChildren(run.History, iv, run.Events, opt)
 	lin, l := checkLinearizable(run.History, opt.checkTimeout())
-	live, waits := CheckLiveness(iv, run.Events, opt.TTL+opt.ElectionBound, runEnd(run))
+	end := runEnd(run)
+	live, waits := CheckLiveness(iv, run.Events, opt.TTL+opt.ElectionBound, end)
 	rep := &Report{
 		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live},
 		Liveness:  waits,
-		HandOvers: HandOvers(iv, run.Events, runEnd(run)),
+		HandOvers: HandOvers(iv, run.Events, end),
 		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused
