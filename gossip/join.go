@@ -2,11 +2,20 @@ package gossip
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/serf/serf"
 )
 
-// startJoinLoop starts joining addrs in the background.
+// announceWindow bounds how long a node with no join list waits for its
+// snapshot's re-join to list another member it can announce itself to.
+const announceWindow = 10 * time.Second
+
+// startJoinLoop starts joining addrs in the background; with no addrs, it
+// announces a return instead (announceReturn).
 func (m *Membership) startJoinLoop(addrs []string) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	done := make(chan struct{})
@@ -18,6 +27,10 @@ func (m *Membership) startJoinLoop(addrs []string) {
 		defer m.wg.Done()
 		defer close(done)
 		defer cancel()
+		if len(addrs) == 0 {
+			m.announceReturn(ctx)
+			return
+		}
 		m.joinLoop(ctx, addrs)
 	}()
 }
@@ -57,6 +70,32 @@ func (m *Membership) joinLoop(ctx context.Context, addrs []string) {
 			return
 		}
 		delay = nextBackoff(delay, m.cfg.JoinRetryMax)
+	}
+}
+
+// announceReturn makes, for a node with no join list, the one exchange
+// through serf's Join that announces it (see join): its snapshot's re-join
+// brings a returning node back without that announcement. It waits up to
+// announceWindow for the re-join to list another member and exchanges
+// with the first that answers.
+func (m *Membership) announceReturn(ctx context.Context) {
+	end := time.Now().Add(announceWindow)
+	for time.Now().Before(end) {
+		for _, s := range m.serf.Members() {
+			if s.Name == m.cfg.Name || s.Status != serf.StatusAlive {
+				continue
+			}
+			addr := net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port)))
+			if n, err := m.serf.Join([]string{addr}, true); n > 0 {
+				if err != nil {
+					m.logger.Warn("gossip: announcing join", "err", err)
+				}
+				return
+			}
+		}
+		if !sleepCtx(ctx, m.cfg.Timing.GossipInterval) {
+			return
+		}
 	}
 }
 

@@ -89,7 +89,7 @@ func Start(cfg Config) (*Membership, error) {
 	m.wg.Add(1)
 	go m.pump(serfEvents)
 	m.startKeyringWatch()
-	if len(cfg.Join) > 0 {
+	if len(cfg.Join) > 0 || cfg.SnapshotPath != "" {
 		m.startJoinLoop(cfg.Join)
 	}
 	local := m.LocalMember()
@@ -293,30 +293,54 @@ type joinResult struct {
 // turn made every seed serve every joiner, and in a random order, one
 // each, they share the joins.
 //
+// One exchange is always made when another member is listed: serf
+// announces this node's join (a join intent) only on an exchange through
+// its Join, and a node that returns after a graceful leave needs that
+// announcement. Its snapshot may have brought it back before join runs,
+// listing every seed; a member that knew it only by the leave it recorded
+// (one that restarted while it was away) then took it for leaving for
+// good (TestRestartAfterLeaveIsAliveToFreshMembers).
+//
 // After an exchange with a seed, join exchanges state with one more live
 // member, picked at random among those that are not seeds (secondView).
 func (m *Membership) join(addrs []string) (joinResult, error) {
 	var r joinResult
 	var errs []error
+	var others []string // listed seeds that are not this node
 	order := slices.Clone(addrs)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	for _, addr := range order {
-		if m.listedAlive(addr) {
-			r.listed++
-			continue
-		}
+	exchange := func(addr string) bool {
 		n, err := m.serf.Join([]string{addr}, true)
 		if n > 0 {
 			r.exchanged++
 			if err != nil {
 				m.logger.Warn("gossip: announcing join", "err", err)
 			}
-			continue
+			return true
 		}
 		if err == nil {
 			err = errors.New("not reached")
 		}
 		errs = append(errs, err)
+		return false
+	}
+	for _, addr := range order {
+		if name, ok := m.listedAlive(addr); ok {
+			r.listed++
+			if name != m.cfg.Name {
+				others = append(others, addr)
+			}
+			continue
+		}
+		exchange(addr)
+	}
+	for _, addr := range others {
+		if r.exchanged > 0 {
+			break
+		}
+		if exchange(addr) {
+			r.listed--
+		}
 	}
 	if r.exchanged+r.listed == 0 {
 		return r, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), errors.Join(errs...))
@@ -367,19 +391,19 @@ func (m *Membership) secondView(seeds []string) string {
 }
 
 // listedAlive reports whether addr ("ip" or "ip:port") is the gossip
-// address of a member serf lists alive, this node included. A host name is
-// never listed: it may stand for other addresses.
-func (m *Membership) listedAlive(addr string) bool {
+// address of a member serf lists alive, this node included, and names it.
+// A host name is never listed: it may stand for other addresses.
+func (m *Membership) listedAlive(addr string) (string, bool) {
 	want, ok := m.seedAddr(addr)
 	if !ok {
-		return false
+		return "", false
 	}
 	for _, s := range m.serf.Members() {
 		if at, ok := memberAddr(s); ok && s.Status == serf.StatusAlive && at == want {
-			return true
+			return s.Name, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // seedAddr parses a --join address given as an IP address, "ip" or
