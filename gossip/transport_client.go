@@ -54,17 +54,22 @@ func (t *Transport) callContext(ctx context.Context) (context.Context, context.C
 }
 
 // callError explains why a call failed, preferring the transport's or the
-// context's end to the network error it caused.
+// context's end to the network error it caused (named once, when err is
+// that end itself).
 func (t *Transport) callError(ctx context.Context, addr string, err error) error {
+	var cause error
 	switch {
 	case t.isClosed():
-		return fmt.Errorf("gossip: call %s: %w: %w", addr, ErrClosed, err)
+		cause = ErrClosed
 	case ctx.Err() != nil:
-		return fmt.Errorf("gossip: call %s: %w: %w", addr, ctx.Err(), err)
+		cause = ctx.Err()
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("gossip: call %s: %w: %w", addr, context.DeadlineExceeded, err)
+		cause = context.DeadlineExceeded
 	}
-	return fmt.Errorf("gossip: call %s: %w", addr, err)
+	if cause == nil || errors.Is(err, cause) {
+		return fmt.Errorf("gossip: call %s: %w", addr, err)
+	}
+	return fmt.Errorf("gossip: call %s: %w: %w", addr, cause, err)
 }
 
 // exchange sends frame on a pooled or new connection and returns the

@@ -283,6 +283,8 @@ func TestTransportCallBoundedByContext(t *testing.T) {
 	start := time.Now()
 	if _, err := client.Call(ctx, server.Addr(), []byte("hang")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("deadline: %v", err)
+	} else if n := strings.Count(err.Error(), context.DeadlineExceeded.Error()); n != 1 {
+		t.Fatalf("deadline: %q says why %d times, want once", err, n)
 	}
 	if _, err := client.Call(context.Background(), server.Addr(), []byte("hang")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("CallTimeout: %v", err)
