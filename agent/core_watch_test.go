@@ -221,3 +221,50 @@ func TestShortFreezeKeepsTheTerm(t *testing.T) {
 		t.Fatalf("%s's term %d: now %s leads %d, after %d acquire requests\n%s", l, term, s.leader(), got, acquires, s.dump())
 	}
 }
+
+// TestResignWithLostReleaseSucceededAtPromiseEnd: a leader resigns with a
+// hold longer than the TTL, and its release reaches no other voter (lost,
+// or never sent: a stop that ran past the deadline). The node next in
+// line, told of the resign, campaigns at once and is refused, the voters
+// still promising the old term; the leader's own voter reported the
+// release, so the lease watch leaves the succession to the resign. The
+// node must still lead as the promises end, within 300 ms (the crash
+// case's 200 ms and the election's jitter; 80-170 ms here), retrying
+// soon only twice for a release on its way. Before, a backoff built from
+// those refusals came on top: 0.35-0.95 s past the promises, up to six
+// epochs burned by rounds every quarter second, and the fault harness's
+// no-release build saw h5 take its term back after its 4 s hold, 2 s
+// after the promises had run out.
+func TestResignWithLostReleaseSucceededAtPromiseEnd(t *testing.T) {
+	for _, ttl := range []time.Duration{2 * time.Second, 10 * time.Second} {
+		for i := range 8 {
+			t.Run(fmt.Sprintf("ttl=%v/%d", ttl, i), func(t *testing.T) {
+				s := newCsim(t, testlog.Seed(t))
+				s.ttl = ttl
+				s.addNodes(5)
+				l, _ := s.waitLeader(10 * time.Second)
+				s.run(2*ttl + time.Duration(s.rand.Int64N(int64(ttl/3))))
+				if s.leader() != l {
+					t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
+				}
+				s.dropIf = func(f flight) bool {
+					return f.from == l && f.env.Lease != nil && f.env.Lease.Kind == leasing.Release
+				}
+				n := s.nodes[l]
+				old := n.led[len(n.led)-1]
+				floor := s.promiseFloor(l)
+				if err := n.c.resignFor(s.local(n, s.now), 4*ttl); err != nil {
+					t.Fatal(err)
+				}
+				s.collect(l)
+				next, _ := s.waitLeader(ttl + 10*time.Second)
+				late, epochs := s.now.Sub(floor), s.nodes[next].led[len(s.nodes[next].led)-1]-old
+				if next == l || late > 300*time.Millisecond || epochs > 3 {
+					t.Fatalf("%s leads %v after the promises ended, %d epochs on; want another node within 300 ms, at most 3 epochs on (two refused rounds for the release on its way)\n%s",
+						next, late, epochs, s.dump())
+				}
+				t.Logf("%s leads %v after the promises ended, %d epochs on", next, late, epochs)
+			})
+		}
+	}
+}

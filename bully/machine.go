@@ -451,6 +451,10 @@ func (m *Machine) AcquireCollided(now time.Time, epoch, seen uint64, wait time.D
 // retries without backoff.
 const maxCollidedRetries = 2
 
+// maxTakingRetries is how many failed rounds in a row a node taking over
+// a handed-over term retries soon, for the release on its way.
+const maxTakingRetries = 2
+
 func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Duration, collided bool) {
 	if !m.jumps(Node{}, seen) {
 		m.observe(seen)
@@ -469,16 +473,28 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 	}
 	m.failures++
 	delay := m.backoff()
-	if collided && m.failures <= maxCollidedRetries {
+	if (collided && m.failures <= maxCollidedRetries) || m.taking(now) {
+		// Without backoff: rounds that collided with lower candidates',
+		// and those of a node taking over a handed-over term, refused
+		// for the old term's promises (its release lost, or not sent:
+		// wait says when they end). The taking lasts a transfer window.
 		delay = m.jitter()
 	}
 	m.retryAt = now.Add(wait + delay)
 	switch {
 	case !m.leader.IsZero():
-	case m.taking(now):
+	case m.taking(now) && m.failures <= maxTakingRetries:
 		// A handed-over term's round is most often refused by voters whose
-		// release from the old leader is still on its way: retry soon.
-		m.deadline = now.Add(m.cfg.ElectionTimeout/2 + m.jitter())
+		// release from the old leader is still on its way: retry soon, a
+		// few times. A release that never comes (lost, or not sent) is
+		// waited out like a crashed leader's promises, not by a round,
+		// and an epoch, every quarter second. Promises that end sooner
+		// than the retry are waited out instead.
+		d := m.cfg.ElectionTimeout/2 + m.jitter()
+		if wait > 0 && wait < d {
+			d = wait
+		}
+		m.deadline = now.Add(d)
 	default:
 		m.deadline = m.retryAt
 	}
