@@ -332,6 +332,9 @@ func (c *core) stopped(now time.Time, epoch uint64) {
 }
 
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
+	if broken.Is(broken.NoRelease) {
+		return
+	}
 	req := c.releaseRequest(epoch, r)
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {

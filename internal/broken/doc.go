@@ -25,4 +25,8 @@ const (
 	// epoch it knows instead of the next one (breaks I2 where the lease
 	// round does not refuse it, as with SkipMajority).
 	NoEpochBump = "no-epoch-bump"
+	// NoRelease: a leader that steps down (a resign, a drain, a graceful
+	// stop) does not release its lease, so the next leader waits for the
+	// voters' promises to run out (fails the checker's hand-over check).
+	NoRelease = "no-release"
 )

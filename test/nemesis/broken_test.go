@@ -37,6 +37,9 @@ var brokenCases = []brokenCase{
 	{name: "store-no-fence", broken: []string{broken.StoreNoFence},
 		plan:  []Step{{Kind: FaultPauseHost, Hold: 8 * time.Second}},
 		fails: []string{check.NameMonotone}},
+	{name: "no-release", broken: []string{broken.NoRelease},
+		plan:  []Step{{Kind: FaultResign, Hold: 4 * time.Second}},
+		fails: []string{check.NameHandOver}},
 	// Not a broken build but a cluster that cannot meet I5: only h5 may
 	// lead, and it is killed for good.
 	{name: "no-eligible-successor", ineligible: []string{"h1", "h2", "h3", "h4"},
@@ -48,7 +51,7 @@ var brokenCases = []brokenCase{
 // claims: for every broken case, a targeted scenario must fail the named
 // verdict (the test fails if it passes). Then one run of the normal build
 // through the same faults (isolate the leader, pause its agent, pause its
-// host, kill it for good) must pass every check.
+// host, a resign, kill it for good) must pass every check.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	for _, bc := range brokenCases {
 		t.Run(bc.name, func(t *testing.T) {
@@ -67,7 +70,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 	t.Run("normal-build", func(t *testing.T) {
 		bin := setUp(t, false)
 		plan := []Step{{Kind: FaultIsolate, Hold: 6 * time.Second}, {Kind: FaultPause, Hold: 8 * time.Second},
-			{Kind: FaultPauseHost, Hold: 8 * time.Second}, {Kind: FaultCrash}}
+			{Kind: FaultPauseHost, Hold: 8 * time.Second}, {Kind: FaultResign, Hold: 4 * time.Second}, {Kind: FaultCrash}}
 		res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: plan})
 		if res != nil && !res.OK() {
 			t.Error("the normal build failed the scenarios the broken builds fail: see the summary above")

@@ -192,6 +192,9 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 		if h.Partitioned {
 			act += " under a network fault"
 		}
+		if h.Refused {
+			act += " (refused)"
+		}
 		switch h.To {
 		case "":
 			act += " (no successor before the end)"

@@ -97,10 +97,11 @@ func check(run *Run, opt Options) (*Report, linearization) {
 	lin, l := checkLinearizable(run.History, opt.checkTimeout())
 	end := runEnd(run)
 	live, waits := CheckLiveness(iv, run.Events, opt.TTL+opt.ElectionBound, end)
+	hand := HandOvers(iv, run.Events, end)
 	rep := &Report{
-		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live},
+		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live, CheckHandOvers(hand)},
 		Liveness:  waits,
-		HandOvers: HandOvers(iv, run.Events, end),
+		HandOvers: hand,
 		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused

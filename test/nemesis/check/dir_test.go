@@ -68,7 +68,7 @@ func TestDirPasses(t *testing.T) {
 	for _, v := range rep.Verdicts {
 		names = append(names, v.Name)
 	}
-	if got := strings.Join(names, " "); got != "I1 I2 I3 I4-linearizable I4-monotone I5" {
+	if got := strings.Join(names, " "); got != "I1 I2 I3 I4-linearizable I4-monotone I5 hand-over" {
 		t.Fatalf("verdicts in order %q", got)
 	}
 	want := map[string]int{"terms": 2, "writes-ok": 2, "reads": 3, "kills": 1, "heals": 1}
@@ -99,7 +99,7 @@ func checkReportJSON(t *testing.T, rep *Report, path string) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.OK != rep.OK() || len(got.Verdicts) != 6 || got.LivenessNS[0] != int64(rep.Liveness[0]) || got.Counts["terms"] != 2 {
+	if got.OK != rep.OK() || len(got.Verdicts) != 7 || got.LivenessNS[0] != int64(rep.Liveness[0]) || got.Counts["terms"] != 2 {
 		t.Fatalf("report.json %s", data)
 	}
 }

@@ -4,7 +4,7 @@
 //
 // It owns the formats of three kinds of files (journals, histories, events;
 // see JournalRecord, Op and Event), the reconstruction of each node's
-// believed-valid lease intervals from its journal, and six checks:
+// believed-valid lease intervals from its journal, and seven checks:
 //
 //	I1                one lease at a time: no two nodes' intervals overlap
 //	I2                epochs: no epoch led twice, leads in strictly increasing epochs
@@ -12,10 +12,13 @@
 //	I4-linearizable   the store's history is linearizable (porcupine)
 //	I4-monotone       no write accepted below an epoch already accepted
 //	I5                liveness: a leader within TTL+ElectionBound of every heal
+//	hand-over         an operator's hand-over, made with the network whole,
+//	                  gives the next node its lease before the old one ran out
 //
-// Beside the checks it measures, without judging, each hand-over an
-// operator made (HandOvers): a graceful stop or drain of the lease holder,
-// a transfer or a resign, and how long after it another node held a lease.
+// The hand-overs (HandOvers) are each act of an operator that met the
+// lease holder: a graceful stop or drain of it, a transfer or a resign,
+// and how long after it the next node held a lease. Those made under a
+// network fault, or refused by the agent, are measured, not judged.
 //
 // The package shares no code with the agent: it imports nothing of
 // github.com/tenurehq/tenure, only the standard library and porcupine, so a

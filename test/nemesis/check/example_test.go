@@ -32,5 +32,6 @@ func ExampleCheck() {
 	// I4-linearizable true
 	// I4-monotone true
 	// I5 true
+	// hand-over true
 	// [0s]
 }

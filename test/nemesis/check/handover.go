@@ -12,6 +12,7 @@ import (
 // resign) and how long after it the next node held a lease: what the act
 // costs the cluster, measured from the agents' own journals.
 type HandOver struct {
+	At   int64  `json:"t"`    // the act, Unix nanoseconds
 	Act  string `json:"act"`  // "stop" or the command line, "tenure drain"
 	From string `json:"from"` // the node that held a lease at the act
 	// To is the node of the next term after the act: another node, or
@@ -20,9 +21,15 @@ type HandOver struct {
 	To string `json:"to,omitempty"`
 	// Gap is the time from the act to To's lease; with no To, to the end.
 	Gap time.Duration `json:"gap_ns"`
+	// LeaseLeft is how long From's lease still ran at the act, as From
+	// believed it: a hand-over that waits for the old lease takes longer.
+	LeaseLeft time.Duration `json:"lease_left_ns"`
 	// Partitioned says a network fault was on at the act (a partition
 	// event after the last heal).
 	Partitioned bool `json:"partitioned,omitempty"`
+	// Refused says the agent refused the command (an EventRefused of the
+	// same node and command line followed it).
+	Refused bool `json:"refused,omitempty"`
 }
 
 // HandOvers measures every act in events (sorted by T) that met a node
@@ -46,7 +53,8 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 		if !ok || (!anyNode && !slices.Contains(e.Nodes, held.Node)) {
 			continue
 		}
-		h := HandOver{Act: act, From: held.Node, Gap: time.Duration(end - e.T), Partitioned: partitioned}
+		h := HandOver{At: e.T, Act: act, From: held.Node, Gap: time.Duration(end - e.T),
+			LeaseLeft: time.Duration(held.Until - e.T), Partitioned: partitioned, Refused: refused(events, e)}
 		for _, in := range iv {
 			if in.Start >= e.T && in.Start < end && (in.Node != held.Node || in.Epoch != held.Epoch) {
 				h.To, h.Gap = in.Node, time.Duration(in.Start-e.T)
@@ -56,6 +64,49 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 		out = append(out, h)
 	}
 	return out
+}
+
+// refused reports whether the agent refused the operator's command of
+// act: a refusal of the same node and command line follows it.
+func refused(events []Event, act Event) bool {
+	for _, e := range events {
+		if e.T >= act.T && e.Kind == EventRefused && e.Detail == act.Detail && slices.Equal(e.Nodes, act.Nodes) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckHandOvers judges the hand-overs with the network whole that the
+// agent did not refuse: each must give the next node its lease before
+// the old lease would have run out (as From believed it at the act). One
+// that waited for the old lease (its release lost or never sent, the
+// successor held back) fails. Under a network fault the release or the
+// successor's requests may not reach the voters it needs, and waiting for
+// the old lease is then allowed: those are measured only.
+func CheckHandOvers(hs []HandOver) Verdict {
+	v := verdict{name: NameHandOver}
+	judged, others := 0, 0
+	var longest time.Duration
+	for _, h := range hs {
+		if h.Partitioned || h.Refused {
+			others++
+			continue
+		}
+		judged++
+		switch {
+		case h.To == "":
+			v.failf("%s at %s: no node held a lease after it, in the %v to the end (%s's lease had %v left)",
+				h.Act, stamp(h.At), h.Gap, h.From, h.LeaseLeft)
+		case h.Gap >= h.LeaseLeft:
+			v.failf("%s at %s: %s held the next lease %v later, when %s's lease had %v left: it waited for the old lease",
+				h.Act, stamp(h.At), h.To, h.Gap, h.From, h.LeaseLeft)
+		default:
+			longest = max(longest, h.Gap)
+		}
+	}
+	return v.done(fmt.Sprintf("%d hand-overs with the network whole, each before the old lease ran out (the longest %v); %d under a network fault or refused, measured only",
+		judged, longest.Round(time.Millisecond), others))
 }
 
 // handOverAct names the act of e that hands leadership over, or "" for
@@ -98,6 +149,9 @@ func (h HandOver) String() string {
 	s := fmt.Sprintf("%s: %s → %s in %v", h.Act, h.From, to, h.Gap.Round(time.Millisecond))
 	if h.Partitioned {
 		s += " (under a network fault)"
+	}
+	if h.Refused {
+		s += " (refused)"
 	}
 	return s
 }

@@ -30,9 +30,9 @@ func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 	}
 	got := HandOvers(iv, events, ms(10000))
 	want := []HandOver{
-		{Act: "stop", From: "h5", To: "h4", Gap: 30 * time.Millisecond},
-		{Act: "tenure transfer h3", From: "h4", To: "h3", Gap: 50 * time.Millisecond},
-		{Act: "tenure resign --hold 5s", From: "h3", To: "h2", Gap: 600 * time.Millisecond, Partitioned: true},
+		{At: ms(100), Act: "stop", From: "h5", To: "h4", Gap: 30 * time.Millisecond, LeaseLeft: 1900 * time.Millisecond},
+		{At: ms(1000), Act: "tenure transfer h3", From: "h4", To: "h3", Gap: 50 * time.Millisecond, LeaseLeft: 2000 * time.Millisecond},
+		{At: ms(2000), Act: "tenure resign --hold 5s", From: "h3", To: "h2", Gap: 600 * time.Millisecond, LeaseLeft: 3000 * time.Millisecond, Partitioned: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("hand-overs\n got %+v\nwant %+v", got, want)
@@ -49,4 +49,29 @@ func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 	if len(got) != 1 || got[0].To != "" || got[0].Gap != 3900*time.Millisecond {
 		t.Fatalf("a stop with no successor: %+v", got)
 	}
+}
+
+// TestHandOverVerdict: with the network whole, a hand-over must give the
+// next node its lease before the old lease would have run out; one that
+// waited for it, or that no lease followed, fails. Under a network fault,
+// or when the agent refused the command, it is measured only.
+func TestHandOverVerdict(t *testing.T) {
+	op := func(at int, node, cmd string) Event { e := ev(EventOperator, at, node); e.Detail = cmd; return e }
+	refusal := func(at int, node, cmd string) Event { e := ev(EventRefused, at, node); e.Detail = cmd; return e }
+	run := func(journal []JournalRecord, events ...Event) Verdict {
+		return CheckHandOvers(HandOvers(beliefs(journal, events...), events, ms(20000)))
+	}
+	fast := []JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120), lead("h4", 2, 160, 4000)}
+	wantOK(t, run(fast, op(100, "h5", "tenure resign --hold 3s")))
+	// The successor's lease came only once h5's had run out (at 2000).
+	slow := []JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120), lead("h4", 2, 2050, 4000)}
+	wantFail(t, run(slow, op(100, "h5", "tenure resign --hold 3s")), 1, "waited for the old lease")
+	// No lease after the act at all.
+	wantFail(t, run([]JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120)}, ev(EventStop, 100, "h5")), 1, "no node held a lease")
+	// The same, under a partition or refused: measured only.
+	wantOK(t, run(slow, ev(EventPartition, 50), op(100, "h5", "tenure resign --hold 3s"), ev(EventHeal, 3000)))
+	wantOK(t, run([]JournalRecord{lead("h5", 1, 0, 2000), lead("h5", 1, 1500, 3500), lead("h4", 2, 3600, 6000)},
+		op(100, "h5", "tenure transfer h4"), refusal(1200, "h5", "tenure transfer h4")))
+	// A refusal of another command does not excuse this one.
+	wantFail(t, run(slow, op(100, "h5", "tenure resign --hold 3s"), refusal(150, "h5", "tenure drain")), 1, "waited for the old lease")
 }

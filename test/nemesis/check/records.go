@@ -73,10 +73,13 @@ const (
 	// EventOperator is an operator's command against the node's agent,
 	// Detail the command line (tenure drain, transfer, resign).
 	EventOperator = "operator"
+	// EventRefused says the agent refused the operator's command of the
+	// same node and Detail recorded before it (it exited non-zero).
+	EventRefused = "refused"
 )
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
-	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator}
+	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {

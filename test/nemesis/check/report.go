@@ -17,6 +17,7 @@ const (
 	NameLinearizable = "I4-linearizable"
 	NameMonotone     = "I4-monotone"
 	NameLiveness     = "I5"
+	NameHandOver     = "hand-over"
 )
 
 // titles say in a few words what each check asks.
@@ -27,6 +28,7 @@ var titles = map[string]string{
 	NameLinearizable: "the store's history is linearizable",
 	NameMonotone:     "no accepted write below an accepted epoch",
 	NameLiveness:     "a leader soon after every heal",
+	NameHandOver:     "an operator's hand-over does not wait for the old lease",
 }
 
 // MaxDetails caps the violations a Verdict lists; one more line says how
@@ -65,7 +67,7 @@ func (v *verdict) done(summary string) Verdict {
 
 // Report is the outcome of every check of one run.
 type Report struct {
-	Verdicts []Verdict // NameOneLease, NameEpochs, NameChildren, NameLinearizable, NameMonotone, NameLiveness
+	Verdicts []Verdict // NameOneLease, NameEpochs, NameChildren, NameLinearizable, NameMonotone, NameLiveness, NameHandOver
 	// Liveness has one entry per heal before the end: the time from the
 	// heal to the first instant a node held a valid lease (0 if one held
 	// through the heal). For a heal followed by no lease before the run's
@@ -73,8 +75,7 @@ type Report struct {
 	Liveness []time.Duration
 	// HandOvers measures each operator's act that moved leadership on
 	// purpose: who held the lease, who held the next, and how long after
-	// the act. Not a check: the acts' promise (as fast as a resign) is
-	// measured, not judged.
+	// the act. NameHandOver judges those made with the network whole.
 	HandOvers []HandOver
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
