@@ -12,7 +12,8 @@
 // leader's agent or of its whole host, a restart of every agent, and a
 // sixth node with the highest ID joining part way; and, unless told not to,
 // what an operator does: a graceful stop, a drain, a transfer and a resign,
-// half of them under one of the network faults.
+// half of them under one of the network faults, a kill or a pause of
+// another node (for a transfer, often the named successor).
 //
 // The package owns the cluster's processes, the faults and the record of
 // them (events.jsonl in the run directory: Events). It judges nothing

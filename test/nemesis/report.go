@@ -180,7 +180,7 @@ func (t *Tally) String() string {
 }
 
 // writeHandOvers sums the hand-overs by act (stop, drain, transfer,
-// resign) and by whether the network was whole: how many, and the time
+// resign) and by whether a fault was on: how many, and the time
 // from the act to the next node's lease at the median and at most.
 func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 	if len(hs) == 0 {
@@ -189,8 +189,8 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 	groups := map[string][]time.Duration{}
 	for _, h := range hs {
 		act := strings.Fields(strings.TrimPrefix(h.Act, "tenure "))[0]
-		if h.Partitioned {
-			act += " under a network fault"
+		if h.Faulted {
+			act += " under a fault"
 		}
 		if h.Refused {
 			act += " (refused)"

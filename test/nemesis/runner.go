@@ -161,9 +161,10 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 }
 
 // operate runs an operator's step on the leader (a stop or a drain: on
-// another running node half the time), under its network fault if it has
-// one, and records the heal once all is undone: the network whole, the
-// stopped agent restarted, the drain lifted.
+// another running node half the time), under its fault if it has one,
+// and records the heal once all is undone: the network whole, the killed
+// or paused node running again, the stopped agent restarted, the drain
+// lifted.
 func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	rng := rand.New(rand.NewPCG(s.Pick, 1))
 	leader, err := c.target(s, rng)
@@ -188,11 +189,26 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		}
 		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
 	}
+	var victim *Node // the node killed or paused under the action
 	if p, ok := c.network(s.Under, s.Loss, leader, rng); ok {
 		if err := c.Partition(p); err != nil {
 			return what, "", err
 		}
 		what += "; " + p.Detail
+	} else if s.Under != "" {
+		but := []*Node{leader, node}
+		if s.Kind == FaultTransfer {
+			but = append(but, to)
+		}
+		victim = c.randomUp(rng, but...)
+		if s.Kind == FaultTransfer && to != node && rng.IntN(2) == 0 {
+			victim = to // the named successor, unless it is asked
+		}
+		var under string
+		if under, err = c.underProcess(s.Under, victim); err != nil {
+			return what, "", err
+		}
+		what += "; " + under
 	}
 	switch s.Kind {
 	case FaultStop:
@@ -211,7 +227,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		time.Sleep(s.Hold)
 	}
 	if s.Under != "" {
-		if err := c.HealNetwork(); err != nil {
+		if err := c.undoUnder(s.Under, victim); err != nil {
 			return what, refused, err
 		}
 	}
@@ -227,6 +243,36 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		return what, refused, err
 	}
 	return what, refused, c.Heal("every agent running and undrained, network whole")
+}
+
+// underProcess kills or pauses victim (kind FaultKill or FaultPause)
+// under an operator's action and says so; with no victim (no other node
+// runs) it does nothing and says that.
+func (c *Cluster) underProcess(kind string, victim *Node) (string, error) {
+	if victim == nil {
+		return "no other running node to " + kind, nil
+	}
+	switch kind {
+	case FaultKill:
+		return "killed " + victim.Name, c.Kill(victim)
+	case FaultPause:
+		return "paused " + victim.Name, c.Pause(victim)
+	}
+	return "", fmt.Errorf("nemesis: no operator's action is drawn under %q", kind)
+}
+
+// undoUnder undoes the fault an operator's action was under: heals the
+// network, or restarts or resumes victim.
+func (c *Cluster) undoUnder(kind string, victim *Node) error {
+	switch {
+	case kind != FaultKill && kind != FaultPause:
+		return c.HealNetwork()
+	case victim == nil:
+		return nil
+	case kind == FaultKill:
+		return c.StartAgents(victim)
+	}
+	return c.Resume(victim)
 }
 
 // randomUp is a random running, unpaused node other than those of but,

@@ -67,15 +67,22 @@ type Step struct {
 	// Pick seeds the choices made when the step runs: which nodes, on
 	// which side. Who leads then is the cluster's doing.
 	Pick uint64
-	// Under is, for an operator's action, the network fault (one of
-	// networkDrawn) held while the operator acts, for Hold; empty for
-	// none. Loss is its drop probability when it is a loss.
+	// Under is, for an operator's action, the fault (one of underDrawn)
+	// held while the operator acts, for Hold; empty for none. Loss is its
+	// drop probability when it is a loss.
 	Under string
 }
 
 // networkDrawn are the network faults an operator's action may be drawn
 // under.
 var networkDrawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss}
+
+// underDrawn are the faults an operator's action may be drawn under: the
+// network faults, a kill -9 of a node and a pause of a node's agent. The
+// node killed or paused is neither the leader nor the node acted on (the
+// operator's command must reach them); for a transfer it is the named
+// successor half the time, unless the command is asked on it.
+var underDrawn = append(slices.Clip(networkDrawn), FaultKill, FaultPause)
 
 func (s Step) String() string {
 	if s.Under == "" {
@@ -91,7 +98,7 @@ func (s Step) String() string {
 	return fmt.Sprintf("%s under %s", s.bare(), under)
 }
 
-// bare is the step without the network fault it is under.
+// bare is the step without the fault it is under.
 func (s Step) bare() string {
 	switch {
 	case s.Kind == FaultJoin || s.Kind == FaultCrash || s.Kind == FaultTransfer:
@@ -109,8 +116,8 @@ func (s Step) bare() string {
 // pauses of a host 3, 8 or 15 s, a restart of all 1–5 s. With ops the
 // operator actions are drawn too, each as likely as a fault (stops and
 // drains hold 2–10 s, a resign's --hold is 2–10 s), half of them under a
-// network fault held as long; without, a seed gives the plan it gave
-// before they existed.
+// network fault, a kill or a pause held as long; without, a seed gives
+// the plan it gave before they existed.
 func Plan(seed uint64, steps int, join, ops bool) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
 	kinds := drawn
@@ -135,7 +142,7 @@ func Plan(seed uint64, steps int, join, ops bool) []Step {
 			s.Loss = losses[rng.IntN(len(losses))]
 		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
 			if rng.IntN(2) == 0 {
-				s.Under = networkDrawn[rng.IntN(len(networkDrawn))]
+				s.Under = underDrawn[rng.IntN(len(underDrawn))]
 				if s.Under == FaultLoss {
 					s.Loss = losses[rng.IntN(len(losses))]
 				}

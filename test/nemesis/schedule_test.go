@@ -149,7 +149,7 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 		for i, s := range plan {
 			kinds[s.Kind]++
 			if s.Under != "" {
-				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(networkDrawn, s.Under) {
+				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(underDrawn, s.Under) {
 					t.Fatalf("seed %d: %s", seed, s)
 				}
 				kinds["under "+s.Under]++
@@ -172,7 +172,8 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate) {
+	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
+		"under "+FaultKill, "under "+FaultPause) {
 		if kinds[k] == 0 {
 			t.Errorf("%s never drawn in 400 plans", k)
 		}

@@ -12,13 +12,14 @@
 //	I4-linearizable   the store's history is linearizable (porcupine)
 //	I4-monotone       no write accepted below an epoch already accepted
 //	I5                liveness: a leader within TTL+ElectionBound of every heal
-//	hand-over         an operator's hand-over, made with the network whole,
-//	                  gives the next node its lease before the old one ran out
+//	hand-over         an operator's hand-over, made with no fault on, gives
+//	                  the next node its lease before the old one ran out
 //
 // The hand-overs (HandOvers) are each act of an operator that met the
 // lease holder: a graceful stop or drain of it, a transfer or a resign,
 // and how long after it the next node held a lease. Those made under a
-// network fault, or refused by the agent, are measured, not judged.
+// fault (a partition, a kill or a pause), or refused by the agent, are
+// measured, not judged.
 //
 // The package shares no code with the agent: it imports nothing of
 // github.com/tenurehq/tenure, only the standard library and porcupine, so a

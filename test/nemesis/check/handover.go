@@ -24,9 +24,9 @@ type HandOver struct {
 	// LeaseLeft is how long From's lease still ran at the act, as From
 	// believed it: a hand-over that waits for the old lease takes longer.
 	LeaseLeft time.Duration `json:"lease_left_ns"`
-	// Partitioned says a network fault was on at the act (a partition
-	// event after the last heal).
-	Partitioned bool `json:"partitioned,omitempty"`
+	// Faulted says a fault was on at the act: a partition, a kill, a
+	// wipe or a pause after the last heal.
+	Faulted bool `json:"faulted,omitempty"`
 	// Refused says the agent refused the command (an EventRefused of the
 	// same node and command line followed it).
 	Refused bool `json:"refused,omitempty"`
@@ -37,13 +37,13 @@ type HandOver struct {
 // asked of any. end is the run's end.
 func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 	var out []HandOver
-	partitioned := false
+	faulted := false
 	for _, e := range events {
 		switch e.Kind {
-		case EventPartition:
-			partitioned = true
+		case EventPartition, EventKill, EventWipe, EventPause, EventPauseHost:
+			faulted = true
 		case EventHeal:
-			partitioned = false
+			faulted = false
 		}
 		act, anyNode := handOverAct(e)
 		if act == "" || e.T >= end {
@@ -54,7 +54,7 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 			continue
 		}
 		h := HandOver{At: e.T, Act: act, From: held.Node, Gap: time.Duration(end - e.T),
-			LeaseLeft: time.Duration(held.Until - e.T), Partitioned: partitioned, Refused: refused(events, e)}
+			LeaseLeft: time.Duration(held.Until - e.T), Faulted: faulted, Refused: refused(events, e)}
 		for _, in := range iv {
 			if in.Start >= e.T && in.Start < end && (in.Node != held.Node || in.Epoch != held.Epoch) {
 				h.To, h.Gap = in.Node, time.Duration(in.Start-e.T)
@@ -77,19 +77,20 @@ func refused(events []Event, act Event) bool {
 	return false
 }
 
-// CheckHandOvers judges the hand-overs with the network whole that the
+// CheckHandOvers judges the hand-overs made with no fault on that the
 // agent did not refuse: each must give the next node its lease before
 // the old lease would have run out (as From believed it at the act). One
 // that waited for the old lease (its release lost or never sent, the
-// successor held back) fails. Under a network fault the release or the
-// successor's requests may not reach the voters it needs, and waiting for
-// the old lease is then allowed: those are measured only.
+// successor held back) fails. Under a fault the release or the
+// successor's requests may not reach the voters it needs, or the named
+// successor may be dead or frozen, and waiting for the old lease is then
+// allowed: those are measured only.
 func CheckHandOvers(hs []HandOver) Verdict {
 	v := verdict{name: NameHandOver}
 	judged, others := 0, 0
 	var longest time.Duration
 	for _, h := range hs {
-		if h.Partitioned || h.Refused {
+		if h.Faulted || h.Refused {
 			others++
 			continue
 		}
@@ -105,7 +106,7 @@ func CheckHandOvers(hs []HandOver) Verdict {
 			longest = max(longest, h.Gap)
 		}
 	}
-	return v.done(fmt.Sprintf("%d hand-overs with the network whole, each before the old lease ran out (the longest %v); %d under a network fault or refused, measured only",
+	return v.done(fmt.Sprintf("%d hand-overs with no fault on, each before the old lease ran out (the longest %v); %d under a fault or refused, measured only",
 		judged, longest.Round(time.Millisecond), others))
 }
 
@@ -147,8 +148,8 @@ func (h HandOver) String() string {
 		to += " (again, a later term)"
 	}
 	s := fmt.Sprintf("%s: %s → %s in %v", h.Act, h.From, to, h.Gap.Round(time.Millisecond))
-	if h.Partitioned {
-		s += " (under a network fault)"
+	if h.Faulted {
+		s += " (under a fault)"
 	}
 	if h.Refused {
 		s += " (refused)"

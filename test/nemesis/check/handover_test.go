@@ -9,7 +9,7 @@ import (
 // TestHandOversMeasureActsOnTheHolder: a stop or drain counts only when it
 // hits the node holding the lease; a transfer or resign counts whichever
 // node it was asked of; the gap runs from the act to the next other
-// node's lease, and an act under a partition says so.
+// node's lease, and an act under a partition or a kill says so.
 func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 	iv := beliefs([]JournalRecord{
 		lead("h5", 1, 0, 2000), end("h5", 1, 110),
@@ -27,12 +27,18 @@ func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 		ev(EventPartition, 1900),
 		op(2000, "h3", "tenure resign --hold 5s"), // h3 → h2 in 600 ms, partitioned
 		ev(EventHeal, 2500),
+		ev(EventKill, 2550, "h1"),
+		op(2600, "h2", "tenure transfer h1"), // h2 → h1 never: faulted, to the end
+		ev(EventStart, 3000, "h1"),           // restarted, but no heal yet
+		op(3100, "h2", "tenure resign --hold 2s"),
 	}
 	got := HandOvers(iv, events, ms(10000))
 	want := []HandOver{
 		{At: ms(100), Act: "stop", From: "h5", To: "h4", Gap: 30 * time.Millisecond, LeaseLeft: 1900 * time.Millisecond},
 		{At: ms(1000), Act: "tenure transfer h3", From: "h4", To: "h3", Gap: 50 * time.Millisecond, LeaseLeft: 2000 * time.Millisecond},
-		{At: ms(2000), Act: "tenure resign --hold 5s", From: "h3", To: "h2", Gap: 600 * time.Millisecond, LeaseLeft: 3000 * time.Millisecond, Partitioned: true},
+		{At: ms(2000), Act: "tenure resign --hold 5s", From: "h3", To: "h2", Gap: 600 * time.Millisecond, LeaseLeft: 3000 * time.Millisecond, Faulted: true},
+		{At: ms(2600), Act: "tenure transfer h1", From: "h2", Gap: 7400 * time.Millisecond, LeaseLeft: 6400 * time.Millisecond, Faulted: true},
+		{At: ms(3100), Act: "tenure resign --hold 2s", From: "h2", Gap: 6900 * time.Millisecond, LeaseLeft: 5900 * time.Millisecond, Faulted: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("hand-overs\n got %+v\nwant %+v", got, want)
@@ -51,10 +57,11 @@ func TestHandOversMeasureActsOnTheHolder(t *testing.T) {
 	}
 }
 
-// TestHandOverVerdict: with the network whole, a hand-over must give the
-// next node its lease before the old lease would have run out; one that
-// waited for it, or that no lease followed, fails. Under a network fault,
-// or when the agent refused the command, it is measured only.
+// TestHandOverVerdict: with no fault on, a hand-over must give the next
+// node its lease before the old lease would have run out; one that waited
+// for it, or that no lease followed, fails. Under a fault (a partition, a
+// kill, a pause), or when the agent refused the command, it is measured
+// only; a heal ends the fault.
 func TestHandOverVerdict(t *testing.T) {
 	op := func(at int, node, cmd string) Event { e := ev(EventOperator, at, node); e.Detail = cmd; return e }
 	refusal := func(at int, node, cmd string) Event { e := ev(EventRefused, at, node); e.Detail = cmd; return e }
@@ -70,6 +77,9 @@ func TestHandOverVerdict(t *testing.T) {
 	wantFail(t, run([]JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120)}, ev(EventStop, 100, "h5")), 1, "no node held a lease")
 	// The same, under a partition or refused: measured only.
 	wantOK(t, run(slow, ev(EventPartition, 50), op(100, "h5", "tenure resign --hold 3s"), ev(EventHeal, 3000)))
+	wantOK(t, run(slow, ev(EventPause, 50, "h4"), op(100, "h5", "tenure resign --hold 3s"), ev(EventResume, 3000, "h4"), ev(EventHeal, 3000)))
+	wantFail(t, run(slow, ev(EventKill, 20, "h3"), ev(EventStart, 40, "h3"), ev(EventHeal, 50),
+		op(100, "h5", "tenure resign --hold 3s")), 1, "waited for the old lease")
 	wantOK(t, run([]JournalRecord{lead("h5", 1, 0, 2000), lead("h5", 1, 1500, 3500), lead("h4", 2, 3600, 6000)},
 		op(100, "h5", "tenure transfer h4"), refusal(1200, "h5", "tenure transfer h4")))
 	// A refusal of another command does not excuse this one.

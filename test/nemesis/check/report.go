@@ -75,7 +75,7 @@ type Report struct {
 	Liveness []time.Duration
 	// HandOvers measures each operator's act that moved leadership on
 	// purpose: who held the lease, who held the next, and how long after
-	// the act. NameHandOver judges those made with the network whole.
+	// the act. NameHandOver judges those made with no fault on.
 	HandOvers []HandOver
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
