@@ -13,7 +13,10 @@ import (
 // error.
 func RemoveFile(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err // "remove PATH: why", from the os package
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return nil
 }
