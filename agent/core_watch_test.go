@@ -58,14 +58,7 @@ func (s *csim) crashUnnoticed(name string) {
 // all) and returns the new leader, how long after the promise floor its
 // lease started, and how many epochs the failover took.
 func crashFailover(t *testing.T, ttl time.Duration, noticed bool) (string, time.Duration, uint64) {
-	s := newCsim(t, testlog.Seed(t))
-	s.ttl = ttl
-	s.addNodes(5)
-	l, _ := s.waitLeader(10 * time.Second)
-	s.run(2*ttl + time.Duration(s.rand.Int64N(int64(ttl/3))))
-	if s.leader() != l {
-		t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
-	}
+	s, l := settledFive(t, ttl)
 	old := s.nodes[l].led[len(s.nodes[l].led)-1]
 	if noticed {
 		s.crash(l)
@@ -75,6 +68,20 @@ func crashFailover(t *testing.T, ttl time.Duration, noticed bool) (string, time.
 	floor := s.promiseFloor(l)
 	next, _ := s.waitLeader(ttl + 10*time.Second)
 	return next, s.now.Sub(floor), s.nodes[next].led[len(s.nodes[next].led)-1] - old
+}
+
+// settledFive is a five-node simulation at ttl whose leader has renewed
+// for two TTLs and is at a random point of its renewal cycle.
+func settledFive(t *testing.T, ttl time.Duration) (*csim, string) {
+	s := newCsim(t, testlog.Seed(t))
+	s.ttl = ttl
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	s.run(2*ttl + time.Duration(s.rand.Int64N(int64(ttl/3))))
+	if s.leader() != l {
+		t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
+	}
+	return s, l
 }
 
 // TestCrashedLeaderSucceededAtPromiseEnd: a leader killed while gossip
@@ -239,14 +246,7 @@ func TestResignWithLostReleaseSucceededAtPromiseEnd(t *testing.T) {
 	for _, ttl := range []time.Duration{2 * time.Second, 10 * time.Second} {
 		for i := range 8 {
 			t.Run(fmt.Sprintf("ttl=%v/%d", ttl, i), func(t *testing.T) {
-				s := newCsim(t, testlog.Seed(t))
-				s.ttl = ttl
-				s.addNodes(5)
-				l, _ := s.waitLeader(10 * time.Second)
-				s.run(2*ttl + time.Duration(s.rand.Int64N(int64(ttl/3))))
-				if s.leader() != l {
-					t.Fatalf("the leader changed from %s without a fault\n%s", l, s.dump())
-				}
+				s, l := settledFive(t, ttl)
 				s.dropIf = func(f flight) bool {
 					return f.from == l && f.env.Lease != nil && f.env.Lease.Kind == leasing.Release
 				}
