@@ -204,8 +204,10 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 		groups[act] = append(groups[act], h.Gap)
 	}
 	b.WriteString("hand-overs by an operator's act, from the act to the next node's lease:\n")
-	for _, act := range slices.Sorted(maps.Keys(groups)) {
+	acts := slices.Sorted(maps.Keys(groups))
+	width := len(slices.MaxFunc(acts, func(a, b string) int { return len(a) - len(b) }))
+	for _, act := range acts {
 		g := slices.Sorted(slices.Values(groups[act]))
-		fmt.Fprintf(b, "  %-44s %3d  median %v, max %v\n", act, len(g), g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
+		fmt.Fprintf(b, "  %-*s %3d  median %v, max %v\n", width, act, len(g), g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
 	}
 }
