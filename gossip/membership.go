@@ -246,11 +246,15 @@ func (m *Membership) Events() <-chan Event {
 // "ip:port"; the port defaults to this node's gossip port) and returns how
 // many of them are in this node's cluster now: those it exchanged state
 // with, and those it found already listed alive (see join). An error means
-// none was reached. If ctx ends first, Join returns ctx's error and the
-// attempt finishes in the background.
+// none was reached. A ctx that has ended already joins nothing; if ctx
+// ends first, Join returns ctx's error and the attempt finishes in the
+// background.
 func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 	if len(addrs) == 0 {
 		return 0, errors.New("gossip: join: no addresses")
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("gossip: join %s: %w", strings.Join(addrs, ","), err)
 	}
 	if !m.track() {
 		return 0, ErrShutdown
