@@ -189,23 +189,23 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		}
 		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
 	}
-	var victim *Node // the node killed or paused under the action
+	undo := func() error { return nil } // undoes the fault the action is under
 	if p, ok := c.network(s.Under, s.Loss, leader, rng); ok {
 		if err := c.Partition(p); err != nil {
 			return what, "", err
 		}
-		what += "; " + p.Detail
+		what, undo = what+"; "+p.Detail, c.HealNetwork
 	} else if s.Under != "" {
 		but := []*Node{leader, node}
 		if s.Kind == FaultTransfer {
 			but = append(but, to)
 		}
-		victim = c.randomUp(rng, but...)
+		victim := c.randomUp(rng, but...)
 		if s.Kind == FaultTransfer && to != node && rng.IntN(2) == 0 {
 			victim = to // the named successor, unless it is asked
 		}
 		var under string
-		if under, err = c.underProcess(s.Under, victim); err != nil {
+		if under, undo, err = c.underProcess(s.Under, victim); err != nil {
 			return what, "", err
 		}
 		what += "; " + under
@@ -226,10 +226,8 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
 		time.Sleep(s.Hold)
 	}
-	if s.Under != "" {
-		if err := c.undoUnder(s.Under, victim); err != nil {
-			return what, refused, err
-		}
+	if err := undo(); err != nil {
+		return what, refused, err
 	}
 	switch s.Kind {
 	case FaultStop:
@@ -246,33 +244,21 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 }
 
 // underProcess kills or pauses victim (kind FaultKill or FaultPause)
-// under an operator's action and says so; with no victim (no other node
-// runs) it does nothing and says that.
-func (c *Cluster) underProcess(kind string, victim *Node) (string, error) {
+// under an operator's action, says so, and returns what undoes it
+// (restarting or resuming victim); with no victim (no other node runs) it
+// does nothing and says that.
+func (c *Cluster) underProcess(kind string, victim *Node) (string, func() error, error) {
+	none := func() error { return nil }
 	if victim == nil {
-		return "no other running node to " + kind, nil
+		return "no other running node to " + kind, none, nil
 	}
 	switch kind {
 	case FaultKill:
-		return "killed " + victim.Name, c.Kill(victim)
+		return "killed " + victim.Name, func() error { return c.StartAgents(victim) }, c.Kill(victim)
 	case FaultPause:
-		return "paused " + victim.Name, c.Pause(victim)
+		return "paused " + victim.Name, func() error { return c.Resume(victim) }, c.Pause(victim)
 	}
-	return "", fmt.Errorf("nemesis: no operator's action is drawn under %q", kind)
-}
-
-// undoUnder undoes the fault an operator's action was under: heals the
-// network, or restarts or resumes victim.
-func (c *Cluster) undoUnder(kind string, victim *Node) error {
-	switch {
-	case kind != FaultKill && kind != FaultPause:
-		return c.HealNetwork()
-	case victim == nil:
-		return nil
-	case kind == FaultKill:
-		return c.StartAgents(victim)
-	}
-	return c.Resume(victim)
+	return "", none, fmt.Errorf("nemesis: no operator's action is drawn under %q", kind)
 }
 
 // randomUp is a random running, unpaused node other than those of but,
