@@ -47,13 +47,15 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzScreenGossip$$' -fuzztime=$(FUZZTIME) ./gossip
 
 # Many random schedules of the deterministic core (make test runs 400, 100
-# bootstrap races and 20 replays of the old release order); the results of
-# the last long run are in docs/RELIABILITY.md. A schedule's seed comes from
-# its index: FROM=20000 starts at index 20000, to run schedules not run before.
+# bootstrap races and 20 replays of the old release order), with the count
+# of epochs per term under churn and SCHEDULES/5 runs of three failovers
+# on a loaded network; the results of the last long runs are in docs/RELIABILITY.md. A
+# schedule's seed comes from its index: FROM=20000 starts at index 20000,
+# to run schedules not run before.
 SCHEDULES ?= 5000
 FROM ?= 0
 sim:
-	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesFindEagerRelease)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
+	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesFindEagerRelease|TestEpochsPerTermUnderChurn|TestLoadedNetworkFailsOverInOneTerm)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
 
 # A longer fuzz run: make fuzz FUZZTIME=2000000x (or a duration such as 10m,
 # keeping in mind the go1.26 deadline race above).
