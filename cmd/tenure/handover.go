@@ -54,22 +54,31 @@ func transferCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := withClient(c, func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, name) }); err != nil {
+			var before *rpc.LeaderInfo // the leader this node saw before the request
+			if err := withClient(c, func(ctx context.Context, cl *rpc.Client) error {
+				if l, err := cl.Leader(ctx); err == nil {
+					before = &l
+				}
+				return cl.Transfer(ctx, name)
+			}); err != nil {
 				return err
 			}
 			if c.Duration("wait") <= 0 {
 				fmt.Fprintf(c.App.Writer, "transfer to %s requested\n", name)
 				return nil
 			}
-			return waitLeads(c, name, c.Duration("wait"))
+			return waitLeads(c, name, before, c.Duration("wait"))
 		},
 	}
 }
 
 // waitLeads polls the local agent until it names name leader, for at most
-// d. The local agent's view is all it has: cut off from name, it may not
-// see name lead although it does, and the error says so.
-func waitLeads(c *cli.Context, name string, d time.Duration) error {
+// d. Once it names a third node in a later term than before's (the leader
+// it saw when it asked), name did not take the term: the others left the
+// election to name for the transfer window only, and the error says who
+// leads instead. The local agent's view is all it has: cut off from name,
+// it may not see name lead although it does, and the error says so.
+func waitLeads(c *cli.Context, name string, before *rpc.LeaderInfo, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(c.Context, d)
 	defer cancel()
 	cl, err := rpc.Dial(ctx, c.String("socket"))
@@ -83,6 +92,8 @@ func waitLeads(c *cli.Context, name string, d time.Duration) error {
 		case err == nil && l.Node == name:
 			fmt.Fprintf(c.App.Writer, "%s leads, epoch %d\n", l.Node, l.Epoch)
 			return nil
+		case err == nil && before != nil && l.Epoch > before.Epoch && l.Node != before.Node:
+			return fail(1, "tenure transfer: %s did not take the term: this node sees %s lead, epoch %d; %s resigned naming %s, which did not lead within the transfer window (stopped, frozen or cut off from the voters: `tenure status` on %s tells), so the election picked the leader", name, l.Node, l.Epoch, before.Node, name, name)
 		case err != nil && !errors.Is(err, rpc.ErrNoLeader) && ctx.Err() == nil:
 			return clientError(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/agent"
 )
 
 // TestDrainTransferResignThroughTheBinary: drain, transfer and resign
@@ -62,6 +64,35 @@ func TestDrainTransferResignThroughTheBinary(t *testing.T) {
 	if out, _, _ := tenure(t, "status", "--socket", socks[2]); strings.Contains(out, "drained:") {
 		t.Fatalf("status after drain --off:\n%s", out)
 	}
+}
+
+// TestTransferToFrozenNodeSaysWhoLeads: a transfer to a node that gossip
+// lists alive but whose agent is frozen (a stopped VM) cannot go to it;
+// once another node leads a later term, `tenure transfer` says so, and
+// who leads, rather than waiting out --wait as if the transfer might
+// still happen.
+func TestTransferToFrozenNodeSaysWhoLeads(t *testing.T) {
+	var agents []*agent.Agent
+	socks := startAgentsKeep(t, 3, &agents)
+	waitCLI(t, "leader n3", func() bool {
+		out, _, code := tenure(t, "leader", "--socket", socks[0])
+		return code == 0 && strings.HasPrefix(out, "n3 ")
+	})
+	resume := agents[1].Freeze()
+	defer resume()
+	start := time.Now()
+	out, stderr, code := tenure(t, "transfer", "--wait", "15s", "--socket", socks[0], "n2")
+	took := time.Since(start)
+	if code != 1 || !strings.Contains(stderr, "n2 did not take the term: this node sees ") {
+		t.Fatalf("transfer to frozen n2: exit %d, %q %q; want exit 1 saying n2 did not take the term and who leads", code, out, stderr)
+	}
+	for _, l := range []string{"n1", "n3"} {
+		if strings.Contains(stderr, "sees "+l+" lead") {
+			t.Logf("after %v: %s", took.Round(time.Millisecond), stderr)
+			return
+		}
+	}
+	t.Fatalf("transfer to frozen n2: %q names no live leader", stderr)
 }
 
 func waitCLI(t *testing.T, what string, ok func() bool) {

@@ -175,7 +175,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if rng.IntN(2) == 0 {
 		node = c.randomUp(rng)
 	}
-	if s.Kind == FaultResign { // asked of the leader whatever the draw
+	if s.Kind == FaultResign || s.OnSuccessor { // asked of the leader whatever the draw
 		node = leader
 	}
 	what = node.Name
@@ -201,7 +201,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 			but = append(but, to)
 		}
 		victim := c.randomUp(rng, but...)
-		if s.Kind == FaultTransfer && to != node && rng.IntN(2) == 0 {
+		if s.Kind == FaultTransfer && to != node && (rng.IntN(2) == 0 || s.OnSuccessor) {
 			victim = to // the named successor, unless it is asked
 		}
 		var under string

@@ -71,6 +71,10 @@ type Step struct {
 	// held while the operator acts, for Hold; empty for none. Loss is its
 	// drop probability when it is a loss.
 	Under string
+	// OnSuccessor makes a transfer's kill or pause hit the named
+	// successor, the transfer asked on the leader: a fixed scenario's
+	// choice (Plan leaves it to the draw when the step runs).
+	OnSuccessor bool
 }
 
 // networkDrawn are the network faults an operator's action may be drawn
