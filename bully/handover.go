@@ -54,10 +54,14 @@ type handover struct {
 	natural bool
 }
 
-// yield records that this node resigned; successor is the node it handed
-// its term to, zero when the election decides.
-func (h *handover) yield(successor Node) {
-	h.yielded, h.yieldTo = true, successor
+// yield records that this node resigned. The leader it yields to is the
+// first it follows after that (follows), not the successor its RESIGN
+// named: a named successor that cannot take the term (frozen, cut off)
+// leaves it to the election, and the leader the election picks keeps the
+// term as a named one would (else the resigned node, outranking it, took
+// the term back once its hold ended, and tenure run work moved twice).
+func (h *handover) yield() {
+	h.yielded, h.yieldTo = true, Node{}
 	h.takeUntil, h.chosenEpoch = time.Time{}, 0
 }
 
@@ -101,7 +105,7 @@ func (m *Machine) ResignWith(now time.Time, h Handover) error {
 		hold, h.Hold = m.cfg.ResignHold, 0
 	}
 	m.holdUntil = now.Add(hold)
-	m.ho.yield(h.Successor)
+	m.ho.yield()
 	m.endTerm(now, Message{Type: MsgResign, Hold: true, HoldFor: h.Hold, Successor: h.Successor,
 		Natural: h.Natural && !h.Successor.IsZero()})
 	return nil

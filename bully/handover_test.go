@@ -134,7 +134,10 @@ func TestChosenTermIsNotPreemptedByNewcomers(t *testing.T) {
 
 // TestTransferToSilentSuccessorFallsBack: a successor that gossip lists but
 // that does not take over (frozen) holds the election up for the transfer
-// window only; then the normal election picks the highest node left.
+// window only; then the normal election picks the highest node left, and
+// keeps its term: the node that handed over does not take it back after
+// its hold, as after a resign (else a tenure run command would move
+// twice), nor does the successor when it thaws below the new leader.
 func TestTransferToSilentSuccessorFallsBack(t *testing.T) {
 	s := newSim(t, true)
 	names := s.startCluster(4)
@@ -151,7 +154,12 @@ func TestTransferToSilentSuccessorFallsBack(t *testing.T) {
 		t.Fatalf("leaders %v within the transfer window to a frozen successor", got)
 	}
 	s.run(cfg.Jitter + time.Second)
-	s.agree("n3", "n1", "n4")
+	fallback := s.agree("n3", "n1", "n4")
+	s.nodes["n2"].mute = false
+	s.run(cfg.ResignHold + 2*cfg.AnnounceInterval + 2*cfg.Stabilization)
+	if got := s.agree("n3", names...); got != fallback {
+		t.Fatalf("n3's term changed from %d to %d after the transfer to frozen n2 fell back to it", fallback, got)
+	}
 }
 
 // TestStaleTransferIsIgnored: a RESIGN naming a successor for a term older

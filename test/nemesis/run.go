@@ -36,6 +36,8 @@ type RunOptions struct {
 type Result struct {
 	Seed uint64
 	Plan []Step
+	// Dir is the run directory (RunOptions.Cluster.Dir).
+	Dir string
 	// Boot is the time from the agents' start to a leader all agree on.
 	Boot         time.Duration
 	BootUnstable string
@@ -67,7 +69,7 @@ func (o RunOptions) Options() check.Options {
 // verdicts are in the result.
 func Run(o RunOptions) (*Result, error) {
 	begin := time.Now()
-	res := &Result{Seed: o.Seed, Plan: o.Plan}
+	res := &Result{Seed: o.Seed, Plan: o.Plan, Dir: o.Cluster.Dir}
 	err := run(o, res)
 	res.Elapsed = time.Since(begin)
 	if err == nil {

@@ -3,6 +3,7 @@
 package nemesis
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,34 @@ func TestTransferToStalledSuccessor(t *testing.T) {
 					h, under, h.Gap.Round(time.Millisecond), budget)
 			}
 			t.Logf("transfer to a %s successor: %s (budget %v)", under, h, budget)
+			if h.To != "" {
+				keptTerm(t, res.Dir, h)
+			}
 		})
+	}
+}
+
+// keptTerm fails t if any node but h.To began a term after h.To's, before
+// the run's end: with h.To alive throughout, the node that handed over
+// must not take the term back once its resign hold ends (a tenure run
+// command would move twice), nor the successor once it returns below
+// h.To.
+func keptTerm(t *testing.T, dir string, h check.HandOver) {
+	t.Helper()
+	run, err := check.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := int64(math.MaxInt64)
+	for _, e := range run.Events {
+		if e.Kind == check.EventEnd {
+			end = e.T
+		}
+	}
+	for _, in := range check.Beliefs(run.Journal, run.Events) {
+		if in.Start > h.At+int64(h.Gap) && in.Start < end && in.Node != h.To {
+			t.Errorf("%s led epoch %d from %s, after %s took over from %s: the fallback leader's term was not kept",
+				in.Node, in.Epoch, time.Unix(0, in.Start).UTC().Format("15:04:05.000"), h.To, h.From)
+		}
 	}
 }
