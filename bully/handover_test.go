@@ -162,6 +162,30 @@ func TestTransferToSilentSuccessorFallsBack(t *testing.T) {
 	}
 }
 
+// TestResignToFrozenNaturalSuccessorIsNotUndone: a resign names the
+// natural successor (n3); frozen, it does not take over, and the election
+// picks n2 once the transfer window ends. The resigned n4 does not take
+// n2's term back after its hold although it outranks n2, as it would not
+// from n3.
+func TestResignToFrozenNaturalSuccessorIsNotUndone(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(4)
+	s.run(4 * time.Second)
+	s.agree("n4", names...)
+	s.nodes["n3"].mute = true
+	cfg := s.nodes["n4"].m.cfg
+	if err := s.nodes["n4"].m.ResignWith(s.now, Handover{Natural: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n4")
+	s.run(cfg.transferWindow() + cfg.Jitter + time.Second)
+	fallback := s.agree("n2", "n1", "n4")
+	s.run(cfg.ResignHold + 2*cfg.AnnounceInterval + 2*cfg.Stabilization)
+	if got := s.agree("n2", "n1", "n4"); got != fallback {
+		t.Fatalf("n2's term changed from %d to %d: the resign was undone", fallback, got)
+	}
+}
+
 // TestStaleTransferIsIgnored: a RESIGN naming a successor for a term older
 // than the one the successor follows (delayed or duplicated) does not make
 // it campaign.
