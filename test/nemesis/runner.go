@@ -204,6 +204,9 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		if s.Kind == FaultTransfer && to != node && (rng.IntN(2) == 0 || s.OnSuccessor) {
 			victim = to // the named successor, unless it is asked
 		}
+		if s.Kind == FaultResign && s.OnSuccessor {
+			victim = c.highestUp(leader) // the successor its RESIGN names
+		}
 		var under string
 		if under, undo, err = c.underProcess(s.Under, victim); err != nil {
 			return what, "", err
@@ -224,7 +227,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		return what, refused, err
 	}
 	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
-		time.Sleep(s.Hold)
+		time.Sleep(s.underHold())
 	}
 	if err := undo(); err != nil {
 		return what, refused, err
@@ -259,6 +262,19 @@ func (c *Cluster) underProcess(kind string, victim *Node) (string, func() error,
 		return "paused " + victim.Name, func() error { return c.Resume(victim) }, c.Pause(victim)
 	}
 	return "", none, fmt.Errorf("nemesis: no operator's action is drawn under %q", kind)
+}
+
+// highestUp is the running, unpaused node of highest ID other than but,
+// or nil: a resign's natural successor when every node may lead and none
+// holds.
+func (c *Cluster) highestUp(but *Node) *Node {
+	var best *Node
+	for _, n := range c.nodes {
+		if n.Up() && n != but && (best == nil || n.ID > best.ID) {
+			best = n
+		}
+	}
+	return best
 }
 
 // randomUp is a random running, unpaused node other than those of but,

@@ -71,10 +71,24 @@ type Step struct {
 	// held while the operator acts, for Hold; empty for none. Loss is its
 	// drop probability when it is a loss.
 	Under string
-	// OnSuccessor makes a transfer's kill or pause hit the named
-	// successor, the transfer asked on the leader: a fixed scenario's
-	// choice (Plan leaves it to the draw when the step runs).
+	// OnSuccessor makes the kill or pause of a transfer or a resign hit
+	// the successor its RESIGN names (for a transfer the named node, the
+	// transfer asked on the leader; for a resign the natural successor,
+	// the running node of highest ID after the leader): a fixed
+	// scenario's choice (Plan leaves it to the draw when the step runs).
 	OnSuccessor bool
+	// UnderHold, when not zero, is how long the fault under an operator's
+	// action lasts instead of Hold: a fixed scenario's choice, for a
+	// resign whose --hold should end before the fault does.
+	UnderHold time.Duration
+}
+
+// underHold is how long the fault under an operator's action lasts.
+func (s Step) underHold() time.Duration {
+	if s.UnderHold > 0 {
+		return s.UnderHold
+	}
+	return s.Hold
 }
 
 // networkDrawn are the network faults an operator's action may be drawn
@@ -96,8 +110,8 @@ func (s Step) String() string {
 	if s.Under == FaultLoss {
 		under = fmt.Sprintf("%s %.0f%%", s.Under, s.Loss*100)
 	}
-	if s.Kind == FaultTransfer { // its bare form has no hold
-		under += fmt.Sprintf(" for %v", s.Hold)
+	if s.Kind == FaultTransfer || s.UnderHold > 0 { // the bare form shows no hold, or another
+		under += fmt.Sprintf(" for %v", s.underHold())
 	}
 	return fmt.Sprintf("%s under %s", s.bare(), under)
 }
