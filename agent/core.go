@@ -327,8 +327,6 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		c.onRosterAck(now, *env.RosterAck)
 	case env.ForceLeave != "":
 		reply = &envelope{ForceLeaveReply: c.forceLeaveReply(now, env.ForceLeave)}
-	case env.Transfer != "":
-		reply = &envelope{TransferReply: c.onTransfer(now, env.Transfer)}
 	case env.Pledge != nil:
 		rep := c.onPledge(*env.Pledge)
 		reply = &envelope{PledgeReply: &rep}

@@ -21,6 +21,7 @@ import (
 var (
 	errTransferUnknown    = errors.New("agent: transfer: no such live member")
 	errTransferIneligible = errors.New("agent: transfer: the member may not lead (it runs with --eligible=false, or is drained)")
+	errTransferSilent     = errors.New("agent: transfer: the member cannot take the term now")
 )
 
 // transferWindow is how long the others leave the election to a named
@@ -45,25 +46,39 @@ func (c *core) resignFor(now time.Time, hold time.Duration) error {
 	return err
 }
 
-// transfer hands this leader's term to the live eligible member name. It
+// transferable checks that this node leads and that name is a live
+// eligible member it may hand its term to, and returns that member. It
 // returns the leader to ask instead when this node does not lead (zero
-// when none is known). Asked to hand over to itself, it does nothing.
-func (c *core) transfer(now time.Time, name string) (bully.Node, error) {
+// when none is known), and a zero successor when name is this node.
+func (c *core) transferable(now time.Time, name string) (leader, to bully.Node, err error) {
 	if !c.leaseValid(now) {
-		return c.m.Status().Leader, fmt.Errorf("agent: transfer: %w", errNotLeaderHere)
+		return c.m.Status().Leader, bully.Node{}, fmt.Errorf("agent: transfer: %w", errNotLeaderHere)
 	}
 	if name == c.cfg.Self.Name {
-		return bully.Node{}, nil
+		return bully.Node{}, bully.Node{}, nil
 	}
 	mv, ok := c.live[name]
 	switch {
 	case !ok:
-		return bully.Node{}, fmt.Errorf("%w: %q", errTransferUnknown, name)
+		return bully.Node{}, bully.Node{}, fmt.Errorf("%w: %q", errTransferUnknown, name)
 	case !mv.Eligible:
-		return bully.Node{}, fmt.Errorf("%w: %q", errTransferIneligible, name)
+		return bully.Node{}, bully.Node{}, fmt.Errorf("%w: %q", errTransferIneligible, name)
+	}
+	return bully.Node{}, mv.Node, nil
+}
+
+// transfer hands this leader's term to the live eligible member name. It
+// returns the leader to ask instead when this node does not lead (zero
+// when none is known). Asked to hand over to itself, it does nothing. The
+// agent first makes sure name answers (Agent.transferHere); the core
+// alone, as the simulations drive it, does not.
+func (c *core) transfer(now time.Time, name string) (bully.Node, error) {
+	leader, to, err := c.transferable(now, name)
+	if err != nil || to.IsZero() {
+		return leader, err
 	}
 	epoch := c.lease.epoch
-	if err := c.m.ResignWith(now, bully.Handover{Successor: mv.Node}); err != nil {
+	if err := c.m.ResignWith(now, bully.Handover{Successor: to}); err != nil {
 		return bully.Node{}, fmt.Errorf("agent: transfer: %w", err)
 	}
 	c.log.Info("handing the term over", "to", name, "epoch", epoch)
@@ -72,12 +87,12 @@ func (c *core) transfer(now time.Time, name string) (bully.Node, error) {
 }
 
 // transferReply answers a transfer forwarded by another node
-// ("not_eligible": the named member may not lead).
+// ("not_eligible": the named member may not lead, or did not answer).
 type transferReply = leaderReply
 
-// onTransfer answers a transfer forwarded by another node.
-func (c *core) onTransfer(now time.Time, name string) *transferReply {
-	_, err := c.transfer(now, name)
+// transferReplyFor is the reply to a forwarded transfer that ended with
+// err.
+func transferReplyFor(err error) *transferReply {
 	switch {
 	case err == nil:
 		return &transferReply{}

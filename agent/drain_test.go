@@ -256,3 +256,32 @@ func TestTransferViaSilentLeaderSaysWhy(t *testing.T) {
 		t.Fatalf("transfer through n1 while n3 is frozen: %v; want no_leader naming n3", err)
 	}
 }
+
+// TestTransferToFrozenNodeKeepsTheTerm: a transfer to a member that gossip
+// lists alive but whose agent does not answer (frozen, as a stopped VM) is
+// refused by the leader, asked directly or through a follower, and the
+// leader keeps its term: no window without a leader, no move to a node
+// the operator did not name. Before, the leader resigned naming it, and
+// the election handed the term to another node after the transfer window.
+func TestTransferToFrozenNodeKeepsTheTerm(t *testing.T) {
+	c := newTestCluster(t)
+	c.startN(3)
+	epoch := c.waitLeader("n3", 20*time.Second)
+	resume := c.agents["n2"].Freeze()
+	defer resume()
+	for _, asked := range []string{"n3", "n1"} {
+		err := socketCall(c.agents[asked], func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, "n2") })
+		if !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), `"n2" did not answer the leader`) {
+			t.Fatalf("transfer to frozen n2 asked on %s: %v; want invalid_argument saying n2 did not answer", asked, err)
+		}
+	}
+	for _, name := range []string{"n1", "n3"} {
+		st, err := socketStatus(c.agents[name].SocketPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader == nil || st.Leader.Node != "n3" || st.Leader.Epoch != epoch {
+			t.Fatalf("%s sees leader %+v after the refused transfers; want n3 still, epoch %d", name, st.Leader, epoch)
+		}
+	}
+}

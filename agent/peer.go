@@ -46,10 +46,17 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
 	var reply *envelope
-	err = a.do(ctx, func() {
-		reply = a.core.receive(a.cfg.Clock.Now(), env)
-		a.flush()
-	})
+	if env.Transfer != "" { // it asks another member first, off the driver
+		var r *transferReply
+		if r, err = a.serveTransfer(ctx, env.Transfer); err == nil {
+			reply = &envelope{TransferReply: r}
+		}
+	} else {
+		err = a.do(ctx, func() {
+			reply = a.core.receive(a.cfg.Clock.Now(), env)
+			a.flush()
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
@@ -12,38 +13,103 @@ import (
 
 // Transfer makes the leader hand its term to the member name: this node
 // does it when it leads, else it forwards the request to the leader it
-// knows, as ForceLeave does. The leader resigns as for Resign (its local
-// work stops before the lease is released) and names name as successor in
-// its RESIGN; name takes over at once, and nodes that outrank it do not
-// preempt that term. Success means the leader resigned and handed over;
-// name leads within a few round trips, unless it fails to take the lease
-// within the transfer window, and then the normal election picks the
-// leader. Asked to transfer to the leader itself, it does nothing. Errors
-// wrap rpc.ErrNotFound (no such member, or not alive),
-// rpc.ErrInvalidArgument (it may not lead) or rpc.ErrNoLeader.
+// knows, as ForceLeave does. The leader first asks name for its roster
+// over the peer transport, and keeps its term if name does not answer
+// within a peer round trip (frozen, killed, or cut off from it: a
+// successor that cannot answer cannot take the term, and the cluster
+// would spend the transfer window, then move leadership to a node the
+// operator did not ask for). Then it resigns as for Resign (its local
+// work stops before the lease is released) and names name as successor
+// in its RESIGN; name takes over at once, and nodes that outrank it do
+// not preempt that term. Success means the leader resigned and handed
+// over; name leads within a few round trips, unless it fails to take the
+// lease within the transfer window (cut off from the voters, or stopped
+// since it answered), and then the normal election picks the leader.
+// Asked to transfer to the leader itself, it does nothing. Errors wrap
+// rpc.ErrNotFound (no such member, or not alive), rpc.ErrInvalidArgument
+// (it may not lead, or did not answer the leader) or rpc.ErrNoLeader.
 func (a *Agent) Transfer(ctx context.Context, name string) error {
 	if err := a.checkSuccessor(name); err != nil {
 		return err
 	}
-	var leader bully.Node
-	var err error
-	if derr := a.do(ctx, func() {
-		leader, err = a.core.transfer(a.cfg.Clock.Now(), name)
-		a.flush()
-	}); derr != nil {
-		return derr
-	}
+	leader, err := a.transferHere(ctx, name)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, errTransferUnknown):
 		return fmt.Errorf("%w: %v", rpc.ErrNotFound, err)
-	case errors.Is(err, errTransferIneligible):
+	case errors.Is(err, errTransferIneligible), errors.Is(err, errTransferSilent):
 		return fmt.Errorf("%w: %v", rpc.ErrInvalidArgument, err)
-	case leader.IsZero() || leader == a.self():
-		return fmt.Errorf("%w: cannot transfer to %q now", rpc.ErrNoLeader, name)
+	case errors.Is(err, errStopped) || ctx.Err() != nil:
+		return err
+	case !errors.Is(err, errNotLeaderHere) || leader.IsZero() || leader == a.self():
+		return fmt.Errorf("%w: cannot transfer to %q now: %v", rpc.ErrNoLeader, name, err)
 	}
 	return a.forwardTransfer(ctx, leader, name)
+}
+
+// transferHere hands this node's term to name if it leads and name
+// answers it; else it returns the leader to ask instead (with an error
+// wrapping errNotLeaderHere), or why not.
+func (a *Agent) transferHere(ctx context.Context, name string) (bully.Node, error) {
+	var leader, to bully.Node
+	var wait time.Duration
+	var err error
+	if derr := a.do(ctx, func() {
+		now := a.cfg.Clock.Now()
+		leader, to, err = a.core.transferable(now, name)
+		wait = a.core.peerWait(now)
+	}); derr != nil {
+		return bully.Node{}, derr
+	}
+	if err != nil || to.IsZero() {
+		return leader, err
+	}
+	if err := a.askAlive(ctx, to, wait); err != nil {
+		return bully.Node{}, fmt.Errorf("%w: %q did not answer the leader within %v (%v); the leader keeps the term", errTransferSilent, name, wait, err)
+	}
+	if derr := a.do(ctx, func() {
+		leader, err = a.core.transfer(a.cfg.Clock.Now(), name)
+		a.flush()
+	}); derr != nil {
+		return bully.Node{}, derr
+	}
+	return leader, err
+}
+
+// askAlive asks n for its roster over the peer transport and waits at
+// most wait for the answer: an agent that answers has a running driver
+// (a frozen or killed one does not). A roster fetch is a request every
+// agent version answers.
+func (a *Agent) askAlive(ctx context.Context, n bully.Node, wait time.Duration) error {
+	addr, ok := a.peerAddr(n)
+	if !ok {
+		return errNoPeerAddr
+	}
+	body, err := encodeEnvelope(envelope{RosterFetch: true})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	resp, err := a.peers.Call(ctx, addr, body)
+	if err != nil {
+		return err
+	}
+	_, err = decodeEnvelope(resp)
+	return err
+}
+
+// serveTransfer answers a transfer forwarded by another node, as
+// Transfer does on the leader (handlePeer calls it for the core: it asks
+// the successor first, which the driver must not wait for). The error is
+// for an agent that stopped or a request whose context ended.
+func (a *Agent) serveTransfer(ctx context.Context, name string) (*transferReply, error) {
+	_, err := a.transferHere(ctx, name)
+	if errors.Is(err, errStopped) || (ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		return nil, err
+	}
+	return transferReplyFor(err), nil
 }
 
 // checkSuccessor refuses, with the reason gossip gives, a successor that is

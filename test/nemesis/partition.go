@@ -107,6 +107,14 @@ func UDPCut(nodes []string, node string) Partition {
 	return Partition{Kind: "udp", Detail: node + " | " + side(without(nodes, node)) + ", UDP only", Drops: d}
 }
 
+// CutBut cuts node from every other node but keep, which still reaches
+// it both ways.
+func CutBut(nodes []string, node, keep string) Partition {
+	rest := without(without(nodes, node), keep)
+	return Partition{Kind: "cut-but", Detail: fmt.Sprintf("%s | %s, %s reaching both", node, side(rest), keep),
+		Drops: cutBoth([]string{node}, rest)}
+}
+
 // Loss drops each packet between any two nodes with probability p.
 func Loss(nodes []string, p float64) Partition {
 	var d []Drop

@@ -190,7 +190,11 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
 	}
 	undo := func() error { return nil } // undoes the fault the action is under
-	if p, ok := c.network(s.Under, s.Loss, leader, rng); ok {
+	p, ok := c.network(s.Under, s.Loss, leader, rng)
+	if s.Under == FaultCutSuccessor && s.Kind == FaultTransfer {
+		p, ok = CutBut(names(c.nodes), to.Name, leader.Name), true
+	}
+	if ok {
 		if err := c.Partition(p); err != nil {
 			return what, "", err
 		}

@@ -5,6 +5,7 @@ package nemesis
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,34 +19,42 @@ import (
 const stalledHold = 15 * time.Second
 
 // TestHandOverToStalledSuccessor hands the leader's term to a node that
-// cannot take it: paused (SIGSTOP) or killed just before the act, so that
-// gossip still lists it alive and the leader names it in its RESIGN. For a
-// transfer it is the node named; for a resign (here with a 3 s --hold),
-// the natural successor, the running node of highest ID after the leader.
-// The others leave the election to it for the transfer window only:
-// another node must hold the lease within the liveness budget (TTL plus
-// the election bound) of the act, while the successor is still frozen or
-// down; that node must keep its term until the successor returns (the
-// node that handed over does not take it back when its hold ends); and
-// every check must pass, also after the successor returns with the RESIGN
-// naming it still to be read.
+// cannot take it. For a transfer asked on the leader: the named node is
+// paused (SIGSTOP) or killed just before the act, so that gossip still
+// lists it alive, and the leader, finding that it does not answer, must
+// refuse and keep its term; or the named node is cut off from every node
+// but the leader, so that it answers the leader but cannot win a lease
+// round. For a resign (with a 3 s --hold), the natural successor, the
+// running node of highest ID after the leader, is paused. Where the
+// leader hands over, the others leave the election to the successor for
+// the transfer window only: another node must hold the lease within the
+// liveness budget (TTL plus the election bound) of the act, and keep its
+// term until the successor returns (the node that handed over does not
+// take it back when its hold ends). Every check must pass, also after the
+// successor returns with the RESIGN naming it still to be read.
 func TestHandOverToStalledSuccessor(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		step Step
+		name    string
+		step    Step
+		refused string // what the command's error must say; "" for a command that succeeds
+		kept    bool   // the leader keeps its term
 	}{
-		{"transfer-pause", Step{Kind: FaultTransfer, Under: FaultPause, OnSuccessor: true, Hold: stalledHold}},
-		{"transfer-kill", Step{Kind: FaultTransfer, Under: FaultKill, OnSuccessor: true, Hold: stalledHold}},
-		{"resign-pause", Step{Kind: FaultResign, Under: FaultPause, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}},
+		{"transfer-pause", Step{Kind: FaultTransfer, Under: FaultPause, OnSuccessor: true, Hold: stalledHold}, "did not answer the leader", true},
+		{"transfer-kill", Step{Kind: FaultTransfer, Under: FaultKill, OnSuccessor: true, Hold: stalledHold}, "did not answer the leader", true},
+		{"transfer-cut", Step{Kind: FaultTransfer, Under: FaultCutSuccessor, OnSuccessor: true, Hold: stalledHold}, "did not take the term: this node sees", false},
+		{"resign-pause", Step{Kind: FaultResign, Under: FaultPause, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bin := setUp(t, false)
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: []Step{c.step}})
-			if res == nil || res.Report == nil {
+			if res == nil || res.Report == nil || len(res.Steps) != 1 {
 				t.Fatal("no report")
 			}
 			if !res.OK() {
 				t.Error("a check failed: see the summary above")
+			}
+			if got := res.Steps[0].Refused; (c.refused == "") != (got == "") || !strings.Contains(got, c.refused) {
+				t.Errorf("the command's error: %q; want one saying %q", got, c.refused)
 			}
 			if len(res.Report.HandOvers) != 1 {
 				t.Fatalf("want one act that met the lease holder, got %v (steps: %+v)", res.Report.HandOvers, res.Steps)
@@ -56,45 +65,56 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 				t.Fatal(err)
 			}
 			stalled, back := stalledSuccessor(t, run, h)
-			budget := *ttlFlag + *boundFlag
-			switch {
-			case h.To == "":
-				t.Fatalf("%s: no node held a lease after it, with %s stalled", h, stalled)
-			case h.To == stalled:
-				t.Fatalf("%s: the stalled %s led, %v after the act, within the %v it was held", h, stalled, h.Gap, stalledHold)
-			case h.Gap > budget:
-				t.Errorf("%s: with %s stalled, the next lease came %v after the act, past the liveness budget %v",
-					h, stalled, h.Gap.Round(time.Millisecond), budget)
+			t.Logf("%s stalled: %s", stalled, h)
+			holder := h.To // checked below: no other node leads until the successor returns
+			if c.kept {
+				holder = h.From
+			} else {
+				budget := *ttlFlag + *boundFlag
+				switch {
+				case h.To == "":
+					t.Fatalf("%s: no node held a lease after it, with %s stalled", h, stalled)
+				case h.To == stalled:
+					t.Fatalf("%s: the stalled %s led, %v after the act, within the %v it was held", h, stalled, h.Gap, stalledHold)
+				case h.Gap > budget:
+					t.Errorf("%s: with %s stalled, the next lease came %v after the act, past the liveness budget %v",
+						h, stalled, h.Gap.Round(time.Millisecond), budget)
+				}
 			}
-			t.Logf("%s stalled: %s (budget %v)", stalled, h, budget)
 			for _, in := range check.Beliefs(run.Journal, run.Events) {
-				if in.Start > h.At+int64(h.Gap) && in.Start < back && in.Node != h.To {
-					t.Errorf("%s led epoch %d from %s, after %s took over from %s and before %s returned: %s's term was not kept",
-						in.Node, in.Epoch, time.Unix(0, in.Start).UTC().Format("15:04:05.000"), h.To, h.From, stalled, h.To)
+				if in.Start > h.At && in.Start < back && in.Node != holder {
+					t.Errorf("%s led epoch %d from %s, after the act and before %s returned: %s's term was not kept",
+						in.Node, in.Epoch, time.Unix(0, in.Start).UTC().Format("15:04:05.000"), stalled, holder)
 				}
 			}
 		})
 	}
 }
 
-// stalledSuccessor is the node the harness paused or killed for the act
-// of h, and when it returned (resumed or restarted; the run's end if
-// neither came).
+// stalledSuccessor is the node the harness paused, killed or cut off for
+// the act of h, and when it returned (resumed, restarted or the network
+// healed; the run's end if none came).
 func stalledSuccessor(t *testing.T, run *check.Run, h check.HandOver) (name string, back int64) {
 	t.Helper()
 	back = math.MaxInt64
+	returned := check.EventResume
 	for _, e := range run.Events {
-		switch {
-		case name == "" && (e.Kind == check.EventPause || e.Kind == check.EventKill) && e.T <= h.At && len(e.Nodes) == 1:
-			name = e.Nodes[0]
-		case name != "" && e.T > h.At && e.Kind == check.EventEnd:
-			return name, min(back, e.T)
-		case name != "" && e.T > h.At && (e.Kind == check.EventResume || e.Kind == check.EventStart) && slices.Contains(e.Nodes, name):
-			back = min(back, e.T)
+		if name == "" && e.T <= h.At {
+			switch {
+			case (e.Kind == check.EventPause || e.Kind == check.EventKill) && len(e.Nodes) == 1:
+				name, returned = e.Nodes[0], map[string]string{check.EventPause: check.EventResume, check.EventKill: check.EventStart}[e.Kind]
+			case e.Kind == check.EventPartition && strings.HasPrefix(e.Detail, "cut-but: "):
+				name, returned = strings.Fields(strings.TrimPrefix(e.Detail, "cut-but: "))[0], check.EventHeal
+			}
+			continue
+		}
+		if name != "" && e.T > h.At && (e.Kind == check.EventEnd ||
+			e.Kind == returned && (returned == check.EventHeal || slices.Contains(e.Nodes, name))) {
+			return name, e.T
 		}
 	}
 	if name == "" {
-		t.Fatalf("no pause or kill of one node before %s", h.Act)
+		t.Fatalf("no pause, kill or cut of one node before %s", h.Act)
 	}
 	return name, back
 }
