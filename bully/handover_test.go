@@ -1,6 +1,7 @@
 package bully
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -141,51 +142,49 @@ func TestChosenTermIsNotPreemptedByNewcomers(t *testing.T) {
 	}
 }
 
-// TestTransferToSilentSuccessorFallsBack: a successor that gossip lists but
-// that does not take over (frozen) holds the election up for the transfer
+// TestHandOverToFrozenSuccessorFallsBack: a successor that gossip lists
+// but that does not take over (frozen), named by a transfer or as a
+// resign's natural successor, holds the election up for the transfer
 // window only; then the normal election picks the highest node left, and
-// keeps its term: the node that handed over does not take it back after
-// its hold, as after a resign (else a tenure run command would move
-// twice), nor does the successor when it thaws below the new leader.
-func TestTransferToSilentSuccessorFallsBack(t *testing.T) {
-	s := newSim(t, true)
-	names := s.startCluster(4)
-	s.run(4 * time.Second)
-	s.agree("n4", names...)
-	s.nodes["n2"].mute = true
-	cfg := s.nodes["n4"].m.cfg
-	if err := s.nodes["n4"].m.ResignWith(s.now, Handover{Successor: s.nodes["n2"].member.Node}); err != nil {
-		t.Fatal(err)
+// that node keeps its term: the node that handed over does not take it
+// back after its hold, although it outranks it (else a tenure run command
+// would move twice), nor does a transfer's successor when it thaws below
+// the new leader.
+func TestHandOverToFrozenSuccessorFallsBack(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		frozen, fallback string
+		thaw             bool // the frozen node runs again before the check
+		handover         func(s *sim) Handover
+	}{
+		{"transfer", "n2", "n3", true, func(s *sim) Handover { return Handover{Successor: s.nodes["n2"].member.Node} }},
+		{"resign", "n3", "n2", false, func(*sim) Handover { return Handover{Natural: true} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, true)
+			names := s.startCluster(4)
+			s.run(4 * time.Second)
+			s.agree("n4", names...)
+			s.nodes[c.frozen].mute = true
+			cfg := s.nodes["n4"].m.cfg
+			if err := s.nodes["n4"].m.ResignWith(s.now, c.handover(s)); err != nil {
+				t.Fatal(err)
+			}
+			s.flush("n4")
+			s.run(cfg.transferWindow() - 50*time.Millisecond)
+			if got := s.leaders(); len(got) != 0 {
+				t.Fatalf("leaders %v within the transfer window to a frozen successor", got)
+			}
+			s.run(cfg.Jitter + time.Second)
+			among := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == c.frozen || n == c.fallback })
+			fallback := s.agree(c.fallback, among...)
+			if c.thaw {
+				s.nodes[c.frozen].mute = false
+				among = append(among, c.frozen)
+			}
+			s.requireKept(t, c.fallback, fallback, among...)
+		})
 	}
-	s.flush("n4")
-	s.run(cfg.transferWindow() - 50*time.Millisecond)
-	if got := s.leaders(); len(got) != 0 {
-		t.Fatalf("leaders %v within the transfer window to a frozen successor", got)
-	}
-	s.run(cfg.Jitter + time.Second)
-	fallback := s.agree("n3", "n1", "n4")
-	s.nodes["n2"].mute = false
-	s.requireKept(t, "n3", fallback, names...)
-}
-
-// TestResignToFrozenNaturalSuccessorIsNotUndone: a resign names the
-// natural successor (n3); frozen, it does not take over, and the election
-// picks n2 once the transfer window ends. The resigned n4 does not take
-// n2's term back after its hold although it outranks n2, as it would not
-// from n3.
-func TestResignToFrozenNaturalSuccessorIsNotUndone(t *testing.T) {
-	s := newSim(t, true)
-	names := s.startCluster(4)
-	s.run(4 * time.Second)
-	s.agree("n4", names...)
-	s.nodes["n3"].mute = true
-	cfg := s.nodes["n4"].m.cfg
-	if err := s.nodes["n4"].m.ResignWith(s.now, Handover{Natural: true}); err != nil {
-		t.Fatal(err)
-	}
-	s.flush("n4")
-	s.run(cfg.transferWindow() + cfg.Jitter + time.Second)
-	s.requireKept(t, "n2", s.agree("n2", "n1", "n4"), "n1", "n4")
 }
 
 // TestStaleTransferIsIgnored: a RESIGN naming a successor for a term older
