@@ -91,30 +91,29 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 	}
 }
 
+// returnOf is the event that ends each kind of stall: a pause, a kill, or
+// the partition that cut the successor off.
+var returnOf = map[string]string{check.EventPause: check.EventResume, check.EventKill: check.EventStart, check.EventPartition: check.EventHeal}
+
 // stalledSuccessor is the node the harness paused, killed or cut off for
 // the act of h, and when it returned (resumed, restarted or the network
 // healed; the run's end if none came).
 func stalledSuccessor(t *testing.T, run *check.Run, h check.HandOver) (name string, back int64) {
 	t.Helper()
-	back = math.MaxInt64
-	returned := check.EventResume
+	var stall string // the kind of event that stalled it
 	for _, e := range run.Events {
-		if name == "" && e.T <= h.At {
-			switch {
-			case (e.Kind == check.EventPause || e.Kind == check.EventKill) && len(e.Nodes) == 1:
-				name, returned = e.Nodes[0], map[string]string{check.EventPause: check.EventResume, check.EventKill: check.EventStart}[e.Kind]
-			case e.Kind == check.EventPartition && strings.HasPrefix(e.Detail, "cut-but: "):
-				name, returned = strings.Fields(strings.TrimPrefix(e.Detail, "cut-but: "))[0], check.EventHeal
-			}
-			continue
-		}
-		if name != "" && e.T > h.At && (e.Kind == check.EventEnd ||
-			e.Kind == returned && (returned == check.EventHeal || slices.Contains(e.Nodes, name))) {
+		switch {
+		case name == "" && e.T <= h.At && (e.Kind == check.EventPause || e.Kind == check.EventKill) && len(e.Nodes) == 1:
+			name, stall = e.Nodes[0], e.Kind
+		case name == "" && e.T <= h.At && e.Kind == check.EventPartition && strings.HasPrefix(e.Detail, "cut-but: "):
+			name, stall = strings.Fields(strings.TrimPrefix(e.Detail, "cut-but: "))[0], e.Kind
+		case name != "" && e.T > h.At && (e.Kind == check.EventEnd ||
+			e.Kind == returnOf[stall] && (stall == check.EventPartition || slices.Contains(e.Nodes, name))):
 			return name, e.T
 		}
 	}
 	if name == "" {
 		t.Fatalf("no pause, kill or cut of one node before %s", h.Act)
 	}
-	return name, back
+	return name, math.MaxInt64
 }
