@@ -241,3 +241,55 @@ func transfersGoToTheNamedNode(t *testing.T) {
 	}
 	t.Logf("slowest transfer: %v", slowest)
 }
+
+// checkHandOverKept ends a random schedule with one hand-over in a quiet
+// cluster (healed, but for the node whose peer links finalPhase may have
+// cut): the leader resigns, with the default hold or a random one, or
+// transfers its term to a random node, which may be the cut-off one and
+// so unable to take it. Once another node has led after the act, the node
+// that handed over must not lead again within its hold and the delays
+// after it: a hand-over is not undone (else tenure run work moves twice).
+// A named or natural successor that cannot take the term leaves it to the
+// election, and the node the election picks keeps it too.
+func (s *csim) checkHandOverKept() {
+	l := s.leader()
+	if l == "" || s.beyondTolerance() {
+		return
+	}
+	ln := s.nodes[l]
+	first := ln.led[len(ln.led)-1]
+	hold := LocalElection().ResignHold
+	var act string
+	switch s.rand.IntN(3) {
+	case 0:
+		act = "resign"
+		_ = ln.c.resign(s.local(ln, s.now))
+	case 1:
+		hold = time.Duration(1+s.rand.IntN(3)) * s.ttl
+		act = fmt.Sprintf("resign --hold %v", hold)
+		_ = ln.c.resignFor(s.local(ln, s.now), hold)
+	case 2:
+		to := l
+		for to == l {
+			to = s.order[s.rand.IntN(len(s.order))]
+		}
+		act = "transfer to " + to
+		if _, err := ln.c.transfer(s.local(ln, s.now), to); err != nil {
+			return // refused: down, left, drained or unknown to the leader
+		}
+	}
+	s.collect(l)
+	e := LocalElection()
+	end := s.now.Add(hold + 2*e.AnnounceInterval + 3*e.Stabilization + 2*s.maxTTL())
+	took := ""
+	for ; s.now.Before(end); s.tick() {
+		now := s.leader()
+		switch {
+		case took == "" && now != "" && now != l:
+			took = now
+		case took != "" && now == l:
+			s.t.Fatalf("%s's %s (term %d) was undone: %s led after it, then %s again; terms since: %v\n%s",
+				l, act, first, took, l, s.ledSince(first+1), s.dump())
+		}
+	}
+}

@@ -341,6 +341,7 @@ func (s *csim) finalPhase() {
 	if len(s.peerCut) == 0 && !s.beyondTolerance() {
 		s.checkRosterConverged()
 	}
+	s.checkHandOverKept() // core_drain_sim_test.go
 }
 
 // isolatePeers cuts x's peer links to every node but one, both ways, while
