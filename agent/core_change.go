@@ -147,6 +147,8 @@ func (c *core) pushRoster() {
 // roster accepts steps only from the node it has promised its lease to, so a
 // deposed leader cannot change the roster; a node outside the roster (an
 // observer, or a voter being admitted) accepts any newer step of its cluster.
+// A node with no roster that finds itself named holds its vote, as when it
+// fetches one (mayHaveGranted).
 func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 	ack := rosterAck{From: c.cfg.Self, Version: u.Roster.Version, Epoch: u.Roster.Epoch}
 	cur := c.roster()
@@ -168,6 +170,12 @@ func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 		}
 		c.log.Info("stored roster", "roster", u.Roster.String(), "from", u.From.Name)
 		ack.OK = true
+		if cur.IsZero() && c.mayHaveGranted(u.Roster) {
+			// As for a fetched roster (adoptRoster): before, a voter that
+			// lost its data dir and learned the roster from a leader's push
+			// voted at once, forgetting promises it had given.
+			c.becomeAmnesiac(now, "the leader "+u.From.Name+" pushed a roster naming this node: "+u.Roster.String())
+		}
 	}
 	return ack
 }

@@ -73,7 +73,7 @@ const rosterFetchFanout = 1
 // later roster is safe to campaign under). A roster that names this node,
 // other than the bootstrap roster it pledged to, means a lost data dir (or
 // a bootstrap it took no part in): the node may have granted before, so it
-// holds its vote (see core.amnesiac).
+// holds its vote (mayHaveGranted).
 func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 	if r.IsZero() || r.ClusterID == "" || len(r.Voters) == 0 {
 		return
@@ -86,11 +86,20 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 		c.failed = err
 		return
 	}
-	if r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil && !c.pledgedTo(r) {
+	if c.mayHaveGranted(r) {
 		c.becomeAmnesiac(now, "learned a roster naming this node from a peer: "+r.String())
 		return
 	}
 	c.log.Info("learned the voter roster", "roster", r.String())
+}
+
+// mayHaveGranted reports whether r, the first roster this node stores
+// (fetched, or pushed by a leader), means that this voter may have
+// granted leases it no longer remembers: r names it, and is not the
+// bootstrap roster it pledged to, so its data dir was lost (or it took no
+// part in the bootstrap). It must then hold its vote (core.amnesiac).
+func (c *core) mayHaveGranted(r leasing.Roster) bool {
+	return r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil && !c.pledgedTo(r)
 }
 
 func sortedNames(m map[string]memberView) []string {

@@ -483,6 +483,49 @@ func TestWipedVoterHoldsItsVote(t *testing.T) {
 	t.Logf("after healing, %s leads with epoch %d", next, s.nodes[next].led[len(s.nodes[next].led)-1])
 }
 
+// TestWipedVoterTakingPushedRosterHoldsItsVote: as above, but the voter
+// that lost its disk learns the roster from the leader's periodic push
+// (its own fetches do not get out) instead of fetching it. It must hold
+// its vote all the same: before, a pushed roster was stored without the
+// check, so a voter that had promised the leader n3 before its disk was
+// lost granted n1 at once, and n1 could lead beside n3 (found by
+// TestRandomQuorumSchedules/130838, where a wiped voter granted a new
+// leader while it had forgotten a promise to the old one).
+func TestWipedVoterTakingPushedRosterHoldsItsVote(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	s.waitLeader(10*time.Second, "n3")
+	s.partition([]string{"n3"}, []string{"n1"})
+	s.run(2 * s.ttl) // n1's promise has run out; renewals come from n2 and n3
+	if s.leader() != "n3" {
+		t.Fatalf("leader changed to %q while n2 and n3 were connected", s.leader())
+	}
+	s.crash("n2")
+	s.wipe("n2")
+	s.cutPeers("n2", "n1", true)
+	s.cutPeers("n2", "n3", true)
+	s.boot("n2", 3)
+	n2 := s.nodes["n2"]
+	for end := s.now.Add(2 * rosterFetchInterval); s.now.Before(end) && n2.rosters.r.IsZero(); {
+		s.tick()
+	}
+	if n2.rosters.r.IsZero() {
+		t.Fatalf("n2 learned no roster from the leader's push\n%s", s.dump())
+	}
+	if !n2.c.amnesiac {
+		t.Fatalf("n2 stored the pushed roster %v, which names it, and votes at once", n2.rosters.r)
+	}
+	s.heal()
+	s.partition([]string{"n3"}, []string{"n1", "n2"})
+	// check() fails the test if n1 leads while n3's lease is valid.
+	s.run(3 * s.ttl)
+	if l := s.leader(); l != "" {
+		t.Fatalf("%s leads while the last epochs are unknown to the majority side", l)
+	}
+	s.heal()
+	s.waitLeader(3 * s.ttl)
+}
+
 // randomMembership sometimes adds a fresh voter, makes a voter leave
 // gracefully, or force-leaves a crashed one through the leader.
 func (s *csim) randomMembership() {
