@@ -82,7 +82,7 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 	}
 	m.follow(now, l, term)
 	if m.cfg.Preempt && m.cfg.Self.Eligible && m.mayClaim && l.Less(m.cfg.Self.Node) && !now.Before(m.holdUntil) &&
-		m.mayClaimFrom(l, msg.Chosen) {
+		m.mayClaimFrom(msg.Chosen) {
 		reply := m.stamp(Message{Type: MsgAnswer, To: l, Leader: l, Term: term})
 		return &reply
 	}
@@ -250,9 +250,10 @@ func (m *Machine) win() {
 
 // checkPreempt makes the leader yield to a higher eligible node that has
 // been live, and claimed leadership in answer to every COORDINATOR, for
-// Stabilization: at least twice, the latest claim recent. Gossip's word that a node is alive is not enough: a node
-// cut off from the voters (or frozen) does not claim, and yielding to it
-// would leave the cluster without a leader.
+// Stabilization: at least twice, the latest claim recent. Gossip's word
+// that a node is alive is not enough: a node cut off from the voters (or
+// frozen) does not claim, and yielding to it would leave the cluster
+// without a leader. The highest such node is named successor.
 func (m *Machine) checkPreempt(now time.Time) {
 	if !m.cfg.Preempt || m.ho.chosen {
 		return
@@ -270,7 +271,11 @@ func (m *Machine) checkPreempt(now time.Time) {
 			since = until
 		}
 		if c.last.After(c.since) && now.Sub(since) >= m.cfg.Stabilization {
-			m.stepDown(now, false)
+			// The RESIGN names the claimant, the highest node that keeps
+			// claiming, as natural successor: it takes over at once, and
+			// the others do not elect meanwhile (the election could pick
+			// a higher node that resigned and claims nothing).
+			m.endTerm(now, Message{Type: MsgResign, Successor: p.Node, Natural: true})
 			return
 		}
 	}
@@ -330,7 +335,7 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	if m.end.leader != l || m.end.term != term {
 		m.end = leaseEnd{}
 	}
-	m.ho.follows(l)
+	m.ho.follows()
 }
 
 // forgetLeader clears the known leader and, for a follower, schedules the

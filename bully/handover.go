@@ -27,14 +27,14 @@ type Handover struct {
 
 // handover is a Machine's record of terms ended and handed over.
 //
-// Resign is not undone: a node that resigned (yielded) claims nothing from
-// the leader that followed it (yieldTo, the first leader it follows after
-// the resign), however it ranks. It may lead again by election: once that
-// leader is gone and it follows another, once it leads again, or once it
-// is made eligible again after a drain (SetEligible).
+// Resign is not undone: a node that resigned (yielded) claims leadership
+// from no leader (step 5 of the design: it does not answer a lower
+// leader's COORDINATOR), however it ranks, until it leads again. It may
+// lead again by election, when the cluster has no leader, or once it is
+// made eligible again after a drain (SetEligible); its agent does not
+// persist the resign, so after a restart it claims as any node does.
 type handover struct {
 	yielded bool
-	yieldTo Node // zero until the next leader is known
 
 	// to is the successor named by a RESIGN this node received: until
 	// until, this node neither campaigns nor starts an election.
@@ -54,34 +54,28 @@ type handover struct {
 	natural bool
 }
 
-// yield records that this node resigned. The leader it yields to is the
-// first it follows after that (follows), not the successor its RESIGN
-// named: a named successor that cannot take the term (frozen, cut off)
-// leaves it to the election, and the leader the election picks keeps the
-// term as a named one would (else the resigned node, outranking it, took
-// the term back once its hold ended, and tenure run work moved twice).
+// yield records that this node resigned: it claims from no leader that
+// follows, whichever takes the term (the successor its RESIGN named, or,
+// when that one could not take it, the node the election picked, or a
+// higher node that preempted either). Before, it yielded only to the
+// named successor, then only to the first leader it followed: when a
+// frozen successor came back and preempted the fallback leader, the
+// resigned node took the term back, and tenure run work moved again.
 func (h *handover) yield() {
-	h.yielded, h.yieldTo = true, Node{}
+	h.yielded = true
 	h.takeUntil, h.chosenEpoch = time.Time{}, 0
 }
 
-// follows records that this node adopted leader l.
-func (h *handover) follows(l Node) {
+// follows records that this node adopted a leader.
+func (h *handover) follows() {
 	h.to, h.until, h.takeUntil = Node{}, time.Time{}, time.Time{}
-	switch {
-	case !h.yielded:
-	case h.yieldTo.IsZero():
-		h.yieldTo = l
-	case h.yieldTo != l:
-		h.yielded = false // the leader it resigned for is gone
-	}
 }
 
 // leads records that this node leads term epoch.
 func (h *handover) leads(epoch uint64) {
 	h.chosen = epoch == h.chosenEpoch
 	h.chosenEpoch, h.takeUntil = 0, time.Time{}
-	h.yielded, h.yieldTo = false, Node{}
+	h.yielded = false
 }
 
 // ResignWith makes the leader stop leading: it releases its lease (Ready),
@@ -122,7 +116,7 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	}
 	m.cfg.Self.Eligible = eligible
 	if eligible {
-		m.ho.yielded, m.ho.yieldTo = false, Node{}
+		m.ho.yielded = false
 		if m.state == StateFollower && m.leader.IsZero() {
 			m.scheduleCampaign(now)
 		}
@@ -225,7 +219,7 @@ func (m *Machine) takeOver(now time.Time) {
 
 // mayClaimFrom reports whether this node may claim leadership from leader
 // l, whose COORDINATOR said chosen: not from a term handed over by name,
-// and not from the leader that followed this node's own resign.
-func (m *Machine) mayClaimFrom(l Node, chosen bool) bool {
-	return !chosen && !(m.ho.yielded && m.ho.yieldTo == l)
+// and from no leader since this node's own resign (handover).
+func (m *Machine) mayClaimFrom(chosen bool) bool {
+	return !chosen && !m.ho.yielded
 }

@@ -43,8 +43,9 @@ func (s *sim) requireKept(t *testing.T, leader string, epoch uint64, among ...st
 // TestResignHoldKeepsNodeOut: with a hold longer than ResignHold, the
 // resigned node stays out of elections for that hold, and the others leave
 // it out of theirs as long: when the next leader goes, the node below it
-// takes over without an ELECTION to the holding node. After the hold, and
-// the leader it resigned for gone, it leads again by preemption.
+// takes over without an ELECTION to the holding node. After the hold it
+// does not preempt that node either (a resign is not undone, whoever
+// leads after it); it leads again by election once n1 is gone.
 func TestResignHoldKeepsNodeOut(t *testing.T) {
 	s := newSim(t, true)
 	names := s.startCluster(3)
@@ -70,8 +71,13 @@ func TestResignHoldKeepsNodeOut(t *testing.T) {
 	}
 	third := s.agree("n1", "n3")
 	s.run(hold)
-	if got := s.agree("n3", "n1"); got <= third {
-		t.Fatalf("after its hold n3 leads epoch %d, want > %d", got, third)
+	if got := s.agree("n1", "n3"); got != third {
+		t.Fatalf("after its hold n3 took n1's term %d: now %d", third, got)
+	}
+	s.crash("n1")
+	s.run(cfg.CoordinatorTimeout + time.Second)
+	if got := s.agree("n3", "n3"); got <= third {
+		t.Fatalf("with n1 gone n3 leads epoch %d, want > %d", got, third)
 	}
 }
 
@@ -154,11 +160,15 @@ func TestHandOverToFrozenSuccessorFallsBack(t *testing.T) {
 	for _, c := range []struct {
 		name             string
 		frozen, fallback string
-		thaw             bool // the frozen node runs again before the check
+		thaw             bool   // the frozen node runs again before the check
+		after            string // who leads after the thaw
 		handover         func(s *sim) Handover
 	}{
-		{"transfer", "n2", "n3", true, func(s *sim) Handover { return Handover{Successor: s.nodes["n2"].member.Node} }},
-		{"resign", "n3", "n2", false, func(*sim) Handover { return Handover{Natural: true} }},
+		{"transfer", "n2", "n3", true, "n3", func(s *sim) Handover { return Handover{Successor: s.nodes["n2"].member.Node} }},
+		{"resign", "n3", "n2", false, "n2", func(*sim) Handover { return Handover{Natural: true} }},
+		// The frozen natural successor outranks the fallback: back, it
+		// preempts it as any higher node does, but n4 stays out.
+		{"resign-thaw", "n3", "n2", true, "n3", func(*sim) Handover { return Handover{Natural: true} }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSim(t, true)
@@ -178,11 +188,18 @@ func TestHandOverToFrozenSuccessorFallsBack(t *testing.T) {
 			s.run(cfg.Jitter + time.Second)
 			among := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == c.frozen || n == c.fallback })
 			fallback := s.agree(c.fallback, among...)
-			if c.thaw {
-				s.nodes[c.frozen].mute = false
-				among = append(among, c.frozen)
+			if !c.thaw {
+				s.requireKept(t, c.fallback, fallback, among...)
+				return
 			}
-			s.requireKept(t, c.fallback, fallback, among...)
+			s.nodes[c.frozen].mute = false
+			among = append(among, c.frozen, c.fallback)
+			s.run(2*cfg.AnnounceInterval + 2*cfg.Stabilization)
+			after := s.agree(c.after, among...)
+			if c.after == c.fallback && after != fallback {
+				t.Fatalf("%s's term changed from %d to %d when %s thawed", c.fallback, fallback, after, c.frozen)
+			}
+			s.requireKept(t, c.after, after, among...)
 		})
 	}
 }

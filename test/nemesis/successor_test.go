@@ -30,8 +30,9 @@ const stalledHold = 15 * time.Second
 // the transfer window only: another node must hold the lease within the
 // liveness budget (TTL plus the election bound) of the act, and keep its
 // term until the successor returns (the node that handed over does not
-// take it back when its hold ends). Every check must pass, also after the
-// successor returns with the RESIGN naming it still to be read.
+// take it back when its hold ends, nor after the successor returned).
+// Every check must pass, also after the successor returns with the RESIGN
+// naming it still to be read.
 func TestHandOverToStalledSuccessor(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -82,9 +83,15 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 				}
 			}
 			for _, in := range check.Beliefs(run.Journal, run.Events) {
-				if in.Start > h.At && in.Start < back && in.Node != holder {
+				at := time.Unix(0, in.Start).UTC().Format("15:04:05.000")
+				switch {
+				case in.Start > h.At && in.Start < back && in.Node != holder:
 					t.Errorf("%s led epoch %d from %s, after the act and before %s returned: %s's term was not kept",
-						in.Node, in.Epoch, time.Unix(0, in.Start).UTC().Format("15:04:05.000"), stalled, holder)
+						in.Node, in.Epoch, at, stalled, holder)
+				case !c.kept && in.Start > h.At && in.Node == h.From:
+					// Also after the successor returned (it may preempt the
+					// node that took over, as any higher node does).
+					t.Errorf("%s, which handed over, led again: epoch %d from %s", h.From, in.Epoch, at)
 				}
 			}
 		})
