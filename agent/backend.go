@@ -74,10 +74,15 @@ func (a *Agent) Members() []rpc.Member {
 func (a *Agent) Resign(ctx context.Context) error { return a.ResignFor(ctx, 0) }
 
 // ResignFor makes this node stop leading and stay out of elections for hold
-// (the election's resign hold when zero). It does not take leadership back
-// from the node that follows it (it may lead again by election, once that
-// node is gone). It returns rpc.ErrNotLeader when the node does not lead.
+// (the election's resign hold when zero). It hands the term to the natural
+// successor, passing over one that does not answer it (askSuccessor). It
+// takes leadership back from no node that leads after it (it may lead
+// again by election, when the cluster has no leader). It returns
+// rpc.ErrNotLeader when the node does not lead.
 func (a *Agent) ResignFor(ctx context.Context, hold time.Duration) error {
+	if err := a.askSuccessor(ctx); err != nil {
+		return err
+	}
 	var err error
 	if derr := a.do(ctx, func() {
 		err = a.core.resignFor(a.cfg.Clock.Now(), hold)

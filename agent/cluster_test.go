@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"github.com/tenurehq/tenure/internal/testlog"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,22 +104,27 @@ func (c *testCluster) waitLeader(leader string, timeout time.Duration) uint64 {
 }
 
 func (c *testCluster) agreedLeader(leader string) (uint64, error) {
+	return agreedAmong(leader, slices.Collect(maps.Values(c.agents))...)
+}
+
+// agreedAmong returns the epoch of leader's term when every one of agents
+// sees leader lead it, and only leader says it leads.
+func agreedAmong(leader string, agents ...*Agent) (uint64, error) {
 	var epoch uint64
-	for name, a := range c.agents {
+	for _, a := range agents {
 		st, err := socketStatus(a.SocketPath())
 		if err != nil {
 			return 0, err
 		}
-		if st.Leader == nil || st.Leader.Node != leader {
-			return 0, fmt.Errorf("%s sees leader %v, want %s", name, st.Leader, leader)
-		}
-		if epoch != 0 && st.Leader.Epoch != epoch {
-			return 0, fmt.Errorf("%s sees epoch %d, others %d", name, st.Leader.Epoch, epoch)
+		switch {
+		case st.Leader == nil || st.Leader.Node != leader:
+			return 0, fmt.Errorf("%s sees leader %v, want %s", a.cfg.Name, st.Leader, leader)
+		case epoch != 0 && st.Leader.Epoch != epoch:
+			return 0, fmt.Errorf("%s sees epoch %d, others %d", a.cfg.Name, st.Leader.Epoch, epoch)
+		case st.IsLeader != (a.cfg.Name == leader):
+			return 0, fmt.Errorf("%s is_leader=%v", a.cfg.Name, st.IsLeader)
 		}
 		epoch = st.Leader.Epoch
-		if st.IsLeader != (name == leader) {
-			return 0, fmt.Errorf("%s is_leader=%v", name, st.IsLeader)
-		}
 	}
 	return epoch, nil
 }

@@ -115,3 +115,13 @@ func (c *core) setEligible(now time.Time, eligible bool) {
 	c.m.SetEligible(now, eligible)
 	c.process(now)
 }
+
+// naturalSuccessor is the node a resign (or drain) of this leader would
+// name now: zero when it does not lead, or no other node could take the
+// term.
+func (c *core) naturalSuccessor(now time.Time) bully.Node { return c.m.NaturalSuccessor(now) }
+
+// passOver leaves n, which did not answer this node, out of the natural
+// successors it names and of its elections, as a node silent to an
+// ELECTION is (bully.Machine.PassOver).
+func (c *core) passOver(now time.Time, n bully.Node) { c.m.PassOver(now, n) }

@@ -56,10 +56,16 @@ func (a *Agent) Drained() bool { return a.drained.Load() }
 
 // Drain makes this node ineligible to lead (drained true) or lifts the drain
 // (false), at once and across restarts. A leader that is drained resigns
-// through the same path as Resign: it stops leading now, and releases its
-// lease once the local work of its term has stopped. A node started with
+// through the same path as Resign: it asks its natural successor first
+// (askSuccessor), stops leading now, and releases its lease once the local
+// work of its term has stopped. A node started with
 // --eligible=false stays ineligible when its drain is lifted.
 func (a *Agent) Drain(ctx context.Context, drained bool) error {
+	if drained {
+		if err := a.askSuccessor(ctx); err != nil {
+			return err
+		}
+	}
 	var err error
 	if derr := a.do(ctx, func() { err = a.setDrained(drained) }); derr != nil {
 		return derr

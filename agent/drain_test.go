@@ -264,24 +264,57 @@ func TestTransferViaSilentLeaderSaysWhy(t *testing.T) {
 // the operator did not name. Before, the leader resigned naming it, and
 // the election handed the term to another node after the transfer window.
 func TestTransferToFrozenNodeKeepsTheTerm(t *testing.T) {
-	c := newTestCluster(t)
-	c.startN(3)
-	epoch := c.waitLeader("n3", 20*time.Second)
-	resume := c.agents["n2"].Freeze()
-	defer resume()
+	c, epoch := startWithFrozenN2(t)
 	for _, asked := range []string{"n3", "n1"} {
 		err := socketCall(c.agents[asked], func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, "n2") })
 		if !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), `"n2" did not answer the leader`) {
 			t.Fatalf("transfer to frozen n2 asked on %s: %v; want invalid_argument saying n2 did not answer", asked, err)
 		}
 	}
-	for _, name := range []string{"n1", "n3"} {
-		st, err := socketStatus(c.agents[name].SocketPath())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Leader == nil || st.Leader.Node != "n3" || st.Leader.Epoch != epoch {
-			t.Fatalf("%s sees leader %+v after the refused transfers; want n3 still, epoch %d", name, st.Leader, epoch)
-		}
+	if got, err := agreedAmong("n3", c.agents["n1"], c.agents["n3"]); err != nil || got != epoch {
+		t.Fatalf("after the refused transfers: %v, epoch %d; want n3 still, epoch %d", err, got, epoch)
+	}
+}
+
+// startWithFrozenN2 starts three agents, waits until n3 leads, and
+// freezes n2 (the node below it) until the test ends. It returns n3's
+// epoch.
+func startWithFrozenN2(t *testing.T) (*testCluster, uint64) {
+	c := newTestCluster(t)
+	c.startN(3)
+	epoch := c.waitLeader("n3", 20*time.Second)
+	t.Cleanup(c.agents["n2"].Freeze())
+	return c, epoch
+}
+
+// TestResignPassesOverFrozenSuccessor: the node a resign of n3 would name
+// (n2, the highest after it) is frozen; the leader finds that n2 does not
+// answer and names n1, which takes over without an ELECTION. Before, the
+// RESIGN named n2, and n1 waited out the transfer window, then sent frozen
+// n2 an ELECTION and waited for its answer. n3 does not take the term back.
+func TestResignPassesOverFrozenSuccessor(t *testing.T) {
+	c, first := startWithFrozenN2(t)
+	elections := c.agents["n1"].Counters()["send.election"]
+	if err := socketCall(c.agents["n3"], func(ctx context.Context, cl *rpc.Client) error { return cl.Resign(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	var next uint64
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		next, err = agreedAmong("n1", c.agents["n1"], c.agents["n3"])
+		return err
+	})
+	if next <= first {
+		t.Fatalf("n1 leads epoch %d after n3's term %d", next, first)
+	}
+	if got := c.agents["n1"].Counters()["send.election"]; got != elections {
+		t.Fatalf("n1 sent %d ELECTIONs to take over; want none (the RESIGN names it)", got-elections)
+	}
+	if got := c.agents["n3"].Counters()["resign.passed_over"]; got != 1 {
+		t.Fatalf("n3 passed over %d natural successors, want 1 (n2)", got)
+	}
+	time.Sleep(settleTime())
+	if got, err := agreedAmong("n1", c.agents["n1"], c.agents["n3"]); err != nil || got != next {
+		t.Fatalf("after the resign hold: %v, epoch %d; want n1 still leading epoch %d", err, got, next)
 	}
 }

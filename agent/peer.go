@@ -178,12 +178,16 @@ func (a *Agent) peerAddr(n bully.Node) (string, bool) {
 	return "", false
 }
 
-// resignForShutdown makes a leader resign and waits (bounded by ctx) until
+// resignForShutdown makes a leader resign, past a natural successor that
+// does not answer (askSuccessor), and waits (bounded by ctx) until
 // the local work of its term has stopped and its RESIGN and release
 // messages are delivered, so the next leader starts at once.
 func (a *Agent) resignForShutdown(ctx context.Context) {
 	var sent *sync.WaitGroup
 	var w *stopWait
+	if err := a.askSuccessor(ctx); err != nil {
+		a.log.Warn("resigning for shutdown without asking the successor", "err", err)
+	}
 	err := a.do(ctx, func() {
 		if a.core.resign(a.cfg.Clock.Now()) == nil {
 			sent, w = a.flush(), a.stopping

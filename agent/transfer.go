@@ -77,6 +77,47 @@ func (a *Agent) transferHere(ctx context.Context, name string) (bully.Node, erro
 	return leader, err
 }
 
+// maxPassOver bounds how many natural successors a leader passes over
+// before it resigns (askSuccessor): each costs a peer wait.
+const maxPassOver = 2
+
+// askSuccessor runs before a leader resigns, for Resign, Drain and a
+// graceful stop: it asks the node the RESIGN would name as natural
+// successor whether it answers (askAlive, bounded by the peer wait), and
+// has the core pass over one that does not (frozen, killed, or cut off
+// from this node while gossip lists it alive), up to maxPassOver nodes.
+// The RESIGN then names a node that answered, or one not asked, and takes
+// over at once; before, a frozen natural successor left the cluster
+// without a leader for the transfer window and then an election that
+// waited for it as well. On a node that does not lead it does nothing;
+// it returns an error only when ctx ends or the agent stops.
+func (a *Agent) askSuccessor(ctx context.Context) error {
+	for range maxPassOver {
+		var s bully.Node
+		var wait time.Duration
+		if err := a.do(ctx, func() {
+			now := a.cfg.Clock.Now()
+			s, wait = a.core.naturalSuccessor(now), a.core.peerWait(now)
+		}); err != nil || s.IsZero() {
+			return err
+		}
+		err := a.askAlive(ctx, s, wait)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent: ask the natural successor %s: %w", s.Name, ctx.Err())
+		}
+		a.log.Warn("the natural successor did not answer; resigning past it",
+			"successor", s.Name, "wait", wait, "err", err)
+		a.counts.add("resign.passed_over")
+		if err := a.do(ctx, func() { a.core.passOver(a.cfg.Clock.Now(), s) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // askAlive asks n for its roster over the peer transport and waits at
 // most wait for the answer: an agent that answers has a running driver
 // (a frozen or killed one does not). A roster fetch is a request every

@@ -134,6 +134,32 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	}
 }
 
+// NaturalSuccessor is the node a natural hand-over by this leader would
+// name now (Handover.Natural, and a leader made ineligible): zero when
+// this node does not lead or no other node could take the term. A driver
+// may ask that node whether it answers before resigning, and report a
+// node that does not with PassOver.
+func (m *Machine) NaturalSuccessor(now time.Time) Node {
+	if m.state != StateLeader {
+		return Node{}
+	}
+	return m.naturalSuccessor(now)
+}
+
+// PassOver reports that n did not answer this node (it is frozen, stopped
+// or cut off though gossip lists it alive): natural hand-overs and this
+// node's elections pass it over as silent, as if it had not answered an
+// ELECTION, until a message from it comes or two stabilisation delays
+// pass.
+func (m *Machine) PassOver(now time.Time, n Node) {
+	if m.isSelf(n) {
+		return
+	}
+	if p, ok := m.live[n.Name]; ok && p.Node == n {
+		m.silent[n.Name] = now.Add(2 * m.cfg.Stabilization)
+	}
+}
+
 // naturalSuccessor is the node the election picks once this one steps
 // down: the live eligible node of highest rank, other than this one, that
 // is neither holding nor silent; zero when there is none.

@@ -204,6 +204,40 @@ func TestHandOverToFrozenSuccessorFallsBack(t *testing.T) {
 	}
 }
 
+// TestResignPassesOverSilentSuccessor: a natural successor the driver
+// found not answering (PassOver) is not named: a resign hands the term to
+// the next node at once, which keeps it while the passed-over node stays
+// frozen. Only a leader names a natural successor.
+func TestResignPassesOverSilentSuccessor(t *testing.T) {
+	s := newSim(t, true)
+	names := s.startCluster(4)
+	s.run(4 * time.Second)
+	first := s.agree("n4", names...)
+	n4 := s.nodes["n4"].m
+	if got := n4.NaturalSuccessor(s.now); got.Name != "n3" {
+		t.Fatalf("natural successor %v, want n3", got)
+	}
+	if got := s.nodes["n3"].m.NaturalSuccessor(s.now); !got.IsZero() {
+		t.Fatalf("a follower names natural successor %v, want none", got)
+	}
+	s.nodes["n3"].mute = true
+	n4.PassOver(s.now, s.nodes["n3"].member.Node)
+	if got := n4.NaturalSuccessor(s.now); got.Name != "n2" {
+		t.Fatalf("natural successor after passing n3 over: %v, want n2", got)
+	}
+	if err := n4.ResignWith(s.now, Handover{Natural: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.flush("n4")
+	s.run(n4.cfg.transferWindow() / 2) // the named node takes over at once
+	among := []string{"n1", "n2", "n4"}
+	second := s.agree("n2", among...)
+	if second <= first {
+		t.Fatalf("epoch after the resign = %d, want > %d", second, first)
+	}
+	s.requireKept(t, "n2", second, among...)
+}
+
 // TestStaleTransferIsIgnored: a RESIGN naming a successor for a term older
 // than the one the successor follows (delayed or duplicated) does not make
 // it campaign.
