@@ -243,9 +243,9 @@ func (m *Machine) takeOver(now time.Time) {
 	}
 }
 
-// mayClaimFrom reports whether this node may claim leadership from leader
-// l, whose COORDINATOR said chosen: not from a term handed over by name,
-// and from no leader since this node's own resign (handover).
+// mayClaimFrom reports whether this node may claim leadership from a
+// leader whose COORDINATOR said chosen: not from a term handed over by
+// name, and from no leader since this node's own resign (handover).
 func (m *Machine) mayClaimFrom(chosen bool) bool {
 	return !chosen && !m.ho.yielded
 }
