@@ -242,8 +242,6 @@ func (s *csim) startCore(name string, expect int) {
 	n.boots++
 }
 
-// crash stops a node at once. Its tenure run supervisor loses the agent and
-// stops the command (within its grace).
 // logger discards a node's logs, unless TENURE_SIM_LOG names the node
 // (to read one node's story when a schedule fails).
 func (s *csim) logger(name string) *slog.Logger {
@@ -254,6 +252,8 @@ func (s *csim) logger(name string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)).With("node", name)
 }
 
+// crash stops a node at once. Its tenure run supervisor loses the agent and
+// stops the command (within its grace).
 func (s *csim) crash(name string) {
 	n := s.nodes[name]
 	n.up = false
