@@ -246,11 +246,16 @@ func transfersGoToTheNamedNode(t *testing.T) {
 // cluster (healed, but for the node whose peer links finalPhase may have
 // cut): the leader resigns, with the default hold or a random one, or
 // transfers its term to a random node, which may be the cut-off one and
-// so unable to take it. Once another node has led after the act, the node
+// so unable to take it; in about half the schedules another node (perhaps
+// the successor) is frozen at the act and thaws at a random instant of
+// the window. Once another node has led after the act, the node
 // that handed over must not lead again within its hold and the delays
 // after it: a hand-over is not undone (else tenure run work moves twice).
 // A named or natural successor that cannot take the term leaves it to the
-// election, and the node the election picks keeps it too.
+// election, and the node the election picks keeps it too; a higher node
+// that thaws may preempt that one, but the node that handed over stays
+// out. (The agent's question to the natural successor before a resign,
+// askSuccessor, is not modelled here: the core resigns directly.)
 func (s *csim) checkHandOverKept() {
 	l := s.leader()
 	if l == "" || s.beyondTolerance() {
