@@ -36,6 +36,7 @@ func (s *csim) randomHandover() {
 	case 4:
 		if n.up && !n.paused {
 			hold := time.Duration(s.rand.IntN(4)) * s.ttl
+			s.askSuccessor(n)
 			_ = n.c.resignFor(s.local(n, s.now), hold)
 			s.collect(name)
 		}
@@ -54,6 +55,9 @@ func (s *csim) setDrained(name string, drained bool) {
 		return
 	}
 	n.drained = drained
+	if drained {
+		s.askSuccessor(n)
+	}
 	n.c.setEligible(s.local(n, s.now), !drained)
 	s.collect(name)
 	s.syncViews()
@@ -254,8 +258,7 @@ func transfersGoToTheNamedNode(t *testing.T) {
 // A named or natural successor that cannot take the term leaves it to the
 // election, and the node the election picks keeps it too; a higher node
 // that thaws may preempt that one, but the node that handed over stays
-// out. (The agent's question to the natural successor before a resign,
-// askSuccessor, is not modelled here: the core resigns directly.)
+// out.
 func (s *csim) checkHandOverKept() {
 	l := s.leader()
 	if l == "" || s.beyondTolerance() {
@@ -276,10 +279,12 @@ func (s *csim) checkHandOverKept() {
 	switch s.rand.IntN(3) {
 	case 0:
 		act = "resign"
+		s.askSuccessor(ln)
 		_ = ln.c.resign(s.local(ln, s.now))
 	case 1:
 		hold = time.Duration(1+s.rand.IntN(3)) * s.ttl
 		act = fmt.Sprintf("resign --hold %v", hold)
+		s.askSuccessor(ln)
 		_ = ln.c.resignFor(s.local(ln, s.now), hold)
 	case 2:
 		to := l
@@ -313,4 +318,27 @@ func (s *csim) checkHandOverKept() {
 				l, act, first, froze, took, l, s.ledSince(first+1), s.dump())
 		}
 	}
+}
+
+// askSuccessor does what the agent does before a resign, a drain or a
+// graceful stop of leader n (Agent.askSuccessor): it passes over up to
+// maxPassOver natural successors that could not answer n now (stopped,
+// frozen, or with a link between them cut). A node that does not lead
+// names none, and nothing happens.
+func (s *csim) askSuccessor(n *cnode) {
+	for range maxPassOver {
+		now := s.local(n, s.now)
+		succ := n.c.naturalSuccessor(now)
+		if succ.IsZero() || s.answers(n.name, succ.Name) {
+			return
+		}
+		n.c.passOver(now, succ)
+	}
+}
+
+// answers reports whether a request from a to b would be answered now:
+// both running, b not frozen, and no link between them cut either way.
+func (s *csim) answers(a, b string) bool {
+	return s.reach(a, b) && s.reach(b, a) && !s.nodes[b].paused &&
+		!s.peerCut[[2]string{a, b}] && !s.peerCut[[2]string{b, a}]
 }

@@ -422,6 +422,7 @@ func (s *csim) randomFault(wiped *bool) {
 		}
 	case 8:
 		if n.up && !n.paused {
+			s.askSuccessor(n) // core_drain_sim_test.go
 			_ = n.c.resign(s.local(n, s.now))
 			s.collect(name)
 		}
@@ -642,6 +643,7 @@ func (s *csim) leave(name string) {
 	if n.paused {
 		return
 	}
+	s.askSuccessor(n)
 	_ = n.c.resign(s.local(n, s.now))
 	s.collect(name)
 	self := leasing.Node{ID: n.id, Name: name}
