@@ -191,7 +191,7 @@ func (m *Machine) timeout(now time.Time) {
 		// No node asked answered: they are silent. Ask the next higher
 		// ones, or win when none is left.
 		for _, p := range m.asked(now) {
-			m.silent[p.Name] = now.Add(2 * m.cfg.Stabilization)
+			m.markSilent(now, p.Name)
 		}
 		m.startElection(now)
 	case StateWaiting:

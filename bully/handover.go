@@ -156,7 +156,7 @@ func (m *Machine) PassOver(now time.Time, n Node) {
 		return
 	}
 	if p, ok := m.live[n.Name]; ok && p.Node == n {
-		m.silent[n.Name] = now.Add(2 * m.cfg.Stabilization)
+		m.markSilent(now, n.Name)
 	}
 }
 

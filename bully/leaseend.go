@@ -100,7 +100,7 @@ func (m *Machine) checkLeaseEnd(now time.Time) {
 		return
 	}
 	m.end = leaseEnd{}
-	m.silent[l.Name] = now.Add(2 * m.cfg.Stabilization)
+	m.markSilent(now, l.Name)
 	m.leader, m.term = Node{}, 0
 	m.startElection(now)
 }

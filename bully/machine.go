@@ -390,6 +390,13 @@ func (m *Machine) heardFrom(now time.Time, n Node) {
 	}
 }
 
+// markSilent leaves name out of this node's elections and natural
+// hand-overs as silent, until a message from it comes (heardFrom) or two
+// stabilisation delays pass.
+func (m *Machine) markSilent(now time.Time, name string) {
+	m.silent[name] = now.Add(2 * m.cfg.Stabilization)
+}
+
 // isSilent reports whether name is a silent node at now.
 func (m *Machine) isSilent(name string, now time.Time) bool {
 	until, ok := m.silent[name]
