@@ -520,9 +520,16 @@ func (s *csim) stopRunner(n *cnode) {
 	}
 }
 
+// linked reports whether a peer message from a reaches b now, loss aside:
+// both running, no cut of the link (gossip's or the peer transport's), b
+// not frozen.
+func (s *csim) linked(a, b string) bool {
+	return s.reach(a, b) && !s.peerCut[[2]string{a, b}] && !s.nodes[b].paused
+}
+
 func (s *csim) deliver(f flight) {
 	to := s.nodes[f.to]
-	if !s.reach(f.from, f.to) || s.peerCut[[2]string{f.from, f.to}] || to.paused || (s.drop > 0 && s.rand.Float64() < s.drop) ||
+	if !s.linked(f.from, f.to) || (s.drop > 0 && s.rand.Float64() < s.drop) ||
 		(s.dropIf != nil && s.dropIf(f)) {
 		return
 	}
