@@ -362,6 +362,7 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 	if c.grants == nil {
 		return refuse(leasing.ReasonNotVoter)
 	}
+	c.fetchNamedRoster(req)
 	if req.Kind != leasing.Release && c.epochJumps(req.Epoch) {
 		c.reportJump(now, req.Candidate.Name, req.Epoch)
 		return refuse(leasing.ReasonEpochJump)
@@ -375,6 +376,27 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 		}
 	}
 	return c.grants.Handle(now, req, c.roster())
+}
+
+// fetchNamedRoster asks a candidate for its roster when its request names a
+// newer step of this node's cluster than the one this node holds. Gossip
+// advertises only a roster's version, so a step of the same version
+// proposed in a later term is not fetched otherwise (maybeFetchRoster), and
+// a leader pushes only to members of an older version: a voter holding
+// another leader's uncommitted step of that version, which does not name
+// it, refused the later step's candidate as a non-voter round after round,
+// and with two such steps the cluster had no leader for good (a random
+// schedule, 155,423). Adopting the step is as safe as any fetched roster
+// (adoptNewer); the refusal stands, and the next round counts the vote.
+func (c *core) fetchNamedRoster(req leasing.Request) {
+	cur := c.roster()
+	named := leasing.Roster{Version: req.RosterVersion, Epoch: req.RosterEpoch}
+	if req.Kind == leasing.Release || cur.IsZero() || req.ClusterID != cur.ClusterID || !named.Newer(cur) {
+		return
+	}
+	c.log.Debug("a candidate names a newer roster step; fetching it", "from", req.Candidate.Name,
+		"version", req.RosterVersion, "epoch", req.RosterEpoch, "mine", cur.String())
+	c.out = append(c.out, outMsg{to: toBully(req.Candidate), env: envelope{RosterFetch: true}})
 }
 
 // recover ends an amnesiac voter's hold once its longest promise has run

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +225,62 @@ func TestVacancyKeepsLiveVoters(t *testing.T) {
 			t.Fatalf("roster %v: want n4 promoted in the dead voter's place\n%s", r, s.dump())
 		}
 	}
+}
+
+// TestVoterLearnsALaterStepOfItsVersion: a voter that holds another
+// term's step of the roster's current version, one that does not name it,
+// learns the step a candidate campaigns under from the candidate's
+// request. Gossip advertises only a roster's version and a leader pushes
+// only to members of an older one, so before, the voter refused every
+// round as a non-voter: a random schedule (155,423) ended with two
+// uncommitted joint steps of one version and no leader for good. Here the
+// leader's other voter crashes, so each renewal needs that voter's grant.
+func TestVoterLearnsALaterStepOfItsVersion(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.voters = 3
+	s.deadTimeout = 5 * time.Second
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	var others []string
+	for _, name := range s.order {
+		if name != l {
+			others = append(others, name)
+		}
+	}
+	dead, kept := others[0], others[1]
+	s.crash(dead)
+	s.nodes["n4"] = s.newNode("n4", 4) // one that may vote, unlike some s.join makes
+	s.order = append(s.order, "n4")
+	s.boot("n4", 0)
+	n4 := leasing.Node{ID: s.nodes["n4"].id, Name: "n4"}
+	var r leasing.Roster
+	for end := s.now.Add(s.deadTimeout + 30*time.Second); ; s.tick() {
+		if r = s.nodes[l].rosters.r; !r.Joint() && r.Contains(n4) && s.nodes[kept].rosters.r.Version == r.Version {
+			break
+		}
+		if s.now.After(end) {
+			t.Fatalf("roster %v: want n4 promoted in %s's place\n%s", r, dead, s.dump())
+		}
+	}
+	if r.Epoch == 0 {
+		t.Fatalf("roster %v was proposed in no term", r)
+	}
+	// kept holds a step of the same version from an earlier term that
+	// names the dead voter in its place.
+	other := r
+	other.Epoch = r.Epoch - 1
+	other.Voters = []leasing.Node{n4, {ID: s.nodes[dead].id, Name: dead}, {ID: s.nodes[l].id, Name: l}}
+	slices.SortFunc(other.Voters, func(a, b leasing.Node) int { return strings.Compare(a.Name, b.Name) })
+	s.nodes[kept].rosters.r = other
+	s.crash("n4")
+	for end := s.now.Add(6 * s.ttl); s.now.Before(end); s.tick() {
+		if got := s.nodes[kept].rosters.r; got.Newer(other) {
+			break
+		}
+	}
+	if got := s.nodes[kept].rosters.r; !got.Newer(other) {
+		t.Fatalf("%s still holds %v (epoch %d) while %s campaigns under v%d of epoch %d\n%s",
+			kept, got, got.Epoch, l, r.Version, r.Epoch, s.dump())
+	}
+	s.waitLeader(3*s.ttl, l, kept)
 }
