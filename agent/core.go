@@ -447,7 +447,8 @@ func (c *core) process(now time.Time) {
 				"peer_round_trip", c.rtt.timeout(now)) // the wait, when above the election timeout
 		}
 		if rd.Release != 0 {
-			c.log.Info("stepping down: releasing the lease", "epoch", rd.Release, "leader", c.m.Status().Leader.Name)
+			c.log.Info("stepping down: releasing the lease", "epoch", rd.Release, "why", rd.Why,
+				"successor", successorNamed(rd.Messages), "leader", c.m.Status().Leader.Name)
 			c.release(now, rd.Release)
 		}
 		if rd.Acquire == 0 {
@@ -455,6 +456,17 @@ func (c *core) process(now time.Time) {
 		}
 		c.acquire(now, rd.Acquire)
 	}
+}
+
+// successorNamed is the successor a RESIGN among msgs names, for the
+// step-down log line; "" when none does.
+func successorNamed(msgs []bully.Message) string {
+	for _, m := range msgs {
+		if m.Type == bully.MsgResign {
+			return m.Successor.Name
+		}
+	}
+	return ""
 }
 
 // electionDue reports whether the election's timer has run out at now:

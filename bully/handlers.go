@@ -1,6 +1,7 @@
 package bully
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -131,7 +132,7 @@ func (m *Machine) yieldsTo(l Node, term, mine uint64) bool {
 // no later than the one ended, l is told (by the RESIGN, and by accepts) and
 // starts a later term, which this node then follows.
 func (m *Machine) yield(now time.Time, l Node, term uint64) {
-	m.stepDown(now, false)
+	m.stepDown(now, fmt.Sprintf("yielding to %s, leader of term %d", l.Name, term))
 	if m.accepts(l, term) {
 		m.follow(now, l, term)
 	}
@@ -275,7 +276,8 @@ func (m *Machine) checkPreempt(now time.Time) {
 			// claiming, as natural successor: it takes over at once, and
 			// the others do not elect meanwhile (the election could pick
 			// a higher node that resigned and claims nothing).
-			m.endTerm(now, Message{Type: MsgResign, Successor: p.Node, Natural: true})
+			m.endTerm(now, Message{Type: MsgResign, Successor: p.Node, Natural: true},
+				"preempted by "+p.Name+", a higher node that kept claiming")
 			return
 		}
 	}
@@ -298,18 +300,19 @@ func (m *Machine) claim(now time.Time, n Node) {
 	m.claims[n.Name] = c
 }
 
-// stepDown ends this node's term: release the lease, tell everyone, and
-// schedule the next campaign (after the hold, if hold).
-func (m *Machine) stepDown(now time.Time, hold bool) {
-	m.endTerm(now, Message{Type: MsgResign, Hold: hold})
+// stepDown ends this node's term, for the reason why: release the lease,
+// tell everyone, and schedule the next campaign.
+func (m *Machine) stepDown(now time.Time, why string) {
+	m.endTerm(now, Message{Type: MsgResign}, why)
 }
 
 // endTerm ends this node's term with resign (a MsgResign, completed here
-// with the term) sent to every live member.
-func (m *Machine) endTerm(now time.Time, resign Message) {
+// with the term) sent to every live member; why is for the driver's log
+// (Ready.Why).
+func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 	clear(m.claims)
 	m.ho.chosen = false
-	m.ready.Release = m.term
+	m.ready.Release, m.ready.Why = m.term, why
 	resign.Leader, resign.Term = m.cfg.Self.Node, m.term
 	m.broadcast(resign)
 	m.state = StateFollower

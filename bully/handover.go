@@ -101,7 +101,7 @@ func (m *Machine) ResignWith(now time.Time, h Handover) error {
 	m.holdUntil = now.Add(hold)
 	m.ho.yield()
 	m.endTerm(now, Message{Type: MsgResign, Hold: true, HoldFor: h.Hold, Successor: h.Successor,
-		Natural: h.Natural && !h.Successor.IsZero()})
+		Natural: h.Natural && !h.Successor.IsZero()}, "resigned")
 	return nil
 }
 
@@ -126,7 +126,7 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	switch {
 	case m.state == StateLeader:
 		s := m.naturalSuccessor(now)
-		m.endTerm(now, Message{Type: MsgResign, Hold: true, Successor: s, Natural: !s.IsZero()})
+		m.endTerm(now, Message{Type: MsgResign, Hold: true, Successor: s, Natural: !s.IsZero()}, "drained: no longer eligible")
 	case m.state.Campaigning():
 		// A lease round in flight that wins is released (Acquired).
 		m.state, m.acquiring = StateFollower, 0

@@ -408,7 +408,7 @@ func (m *Machine) isSilent(name string, now time.Time) bool {
 // the lease to be released instead.
 func (m *Machine) Acquired(now time.Time, epoch uint64) {
 	if m.state != StateAcquiring || epoch != m.acquiring {
-		m.ready.Release = epoch
+		m.ready.Release, m.ready.Why = epoch, "no longer wanted: another leader appeared while it was acquired"
 		return
 	}
 	m.acquiring, m.passed = 0, nil
@@ -547,7 +547,7 @@ func (m *Machine) LeaseLost(now time.Time, epoch uint64) {
 	if m.state != StateLeader || m.term != epoch {
 		return
 	}
-	m.stepDown(now, false)
+	m.stepDown(now, "the lease ran out without renewal")
 }
 
 // Resign makes the leader stop leading, release its lease and stay out of

@@ -3,6 +3,7 @@ package bully
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,6 +60,9 @@ func TestHigherNodeJoiningPreemptsAfterStabilization(t *testing.T) {
 	second := s.agree("n9", "n1", "n2", "n3")
 	if second <= first {
 		t.Fatalf("epoch after preemption = %d, want > %d", second, first)
+	}
+	if ended := s.nodes["n3"].ended; len(ended) != 1 || !strings.HasPrefix(ended[0], "preempted by n9") {
+		t.Fatalf("n3's term ended for %q, want one end, preempted by n9", ended)
 	}
 }
 

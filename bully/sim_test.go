@@ -32,11 +32,12 @@ type simNode struct {
 	member    Member
 	m         *Machine
 	up        bool
-	frozen    bool   // membership view not refreshed
-	mute      bool   // sends and receives nothing, but gossip lists it (a frozen process)
-	persisted uint64 // the "disk"
-	terms     []term // terms led, in order
-	seen      []term // terms followed or led, in order of adoption
+	frozen    bool     // membership view not refreshed
+	mute      bool     // sends and receives nothing, but gossip lists it (a frozen process)
+	persisted uint64   // the "disk"
+	terms     []term   // terms led, in order
+	seen      []term   // terms followed or led, in order of adoption
+	ended     []string // why each term it released ended (Ready.Why)
 }
 
 type term struct {
@@ -149,6 +150,12 @@ func (s *sim) flush(name string) {
 			s.t.Fatalf("%s: epoch went back from %d to %d", name, n.persisted, rd.Epoch)
 		}
 		n.persisted = rd.Epoch
+		if rd.Release != 0 {
+			if rd.Why == "" {
+				s.t.Fatalf("%s: term %d released with no reason given", name, rd.Release)
+			}
+			n.ended = append(n.ended, rd.Why)
+		}
 		s.queue = append(s.queue, rd.Messages...)
 		if rd.Acquire == 0 {
 			break

@@ -182,6 +182,10 @@ type Ready struct {
 	// Release, when non-zero, asks the driver to release the lease of that
 	// epoch, so the next leader need not wait for it to expire.
 	Release uint64
+	// Why says, with Release, why the term ended (for the driver's log):
+	// resigned, preempted by a higher node, yielding to another leader,
+	// the lease ran out.
+	Why string
 	// Epoch is the highest epoch seen or used so far.
 	Epoch uint64
 	// RefusedEpoch, when non-zero, is the highest epoch or term named by a
