@@ -148,24 +148,17 @@ func (a *Agent) forwardForceLeave(ctx context.Context, leader bully.Node, name s
 // leader carries out (what names it in errors), and turns the leaderReply
 // that reply picks out of the answer into the socket's errors.
 func (a *Agent) askLeader(ctx context.Context, leader bully.Node, what string, req envelope, reply func(envelope) *leaderReply) error {
-	addr, ok := a.peerAddr(leader)
-	if !ok {
+	env, addr, err := a.call(ctx, leader, req)
+	switch {
+	case errors.Is(err, errNoPeerAddr):
 		return fmt.Errorf("%w: no address for leader %s", rpc.ErrNoLeader, leader.Name)
-	}
-	body, err := encodeEnvelope(req)
-	if err != nil {
-		return fmt.Errorf("agent: %s: %w", what, err)
-	}
-	resp, err := a.peers.Call(ctx, addr, body)
-	if err != nil {
+	case errors.Is(err, errBadReply):
+		return fmt.Errorf("agent: %s via leader %s: %w", what, leader.Name, err)
+	case err != nil:
 		// Not the agent's failure but the cluster's state of the moment:
 		// the caller is told, as for a leader not known, and can retry.
 		return fmt.Errorf("%w: the leader this node knows, %s (%s), did not answer the %s: %v; retry, or ask on another node",
 			rpc.ErrNoLeader, leader.Name, addr, what, err)
-	}
-	env, err := decodeEnvelope(resp)
-	if err != nil {
-		return fmt.Errorf("agent: %s via leader %s: bad reply: %w", what, leader.Name, err)
 	}
 	r := reply(env)
 	if r == nil {

@@ -163,6 +163,30 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) {
 	})
 }
 
+// call sends req to n over the peer transport, outside the driver, and
+// returns n's decoded answer and the address it used (for errors). It
+// fails with errNoPeerAddr for a member gossip lists without a peer
+// address, and with errBadReply for an answer that does not decode.
+func (a *Agent) call(ctx context.Context, n bully.Node, req envelope) (envelope, string, error) {
+	addr, ok := a.peerAddr(n)
+	if !ok {
+		return envelope{}, "", errNoPeerAddr
+	}
+	body, err := encodeEnvelope(req)
+	if err != nil {
+		return envelope{}, addr, err
+	}
+	resp, err := a.peers.Call(ctx, addr, body)
+	if err != nil {
+		return envelope{}, addr, err
+	}
+	env, err := decodeEnvelope(resp)
+	if err != nil {
+		return envelope{}, addr, fmt.Errorf("%w: %w", errBadReply, err)
+	}
+	return env, addr, nil
+}
+
 // peerAddr looks up the peer transport address gossip advertises for n:
 // in the book of the last membership sync, else (a member gossip reported
 // since) in gossip's list.

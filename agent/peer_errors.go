@@ -17,6 +17,9 @@ import (
 // without a peer address.
 var errNoPeerAddr = errors.New("no peer address: gossip lists the member without one")
 
+// errBadReply is the failure of a call whose answer does not decode.
+var errBadReply = errors.New("bad reply")
+
 // maxCause bounds a failure's cause as status and logs show it.
 const maxCause = 120
 

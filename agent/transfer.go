@@ -123,21 +123,9 @@ func (a *Agent) askSuccessor(ctx context.Context) error {
 // (a frozen or killed one does not). A roster fetch is a request every
 // agent version answers.
 func (a *Agent) askAlive(ctx context.Context, n bully.Node, wait time.Duration) error {
-	addr, ok := a.peerAddr(n)
-	if !ok {
-		return errNoPeerAddr
-	}
-	body, err := encodeEnvelope(envelope{RosterFetch: true})
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	resp, err := a.peers.Call(ctx, addr, body)
-	if err != nil {
-		return err
-	}
-	_, err = decodeEnvelope(resp)
+	_, _, err := a.call(ctx, n, envelope{RosterFetch: true})
 	return err
 }
 
