@@ -68,6 +68,9 @@ type Agent struct {
 	// on: in-process fault injection for tests of a partitioned leader.
 	isolated atomic.Bool
 	drained  atomic.Bool // see drain.go; written only by the driver
+	// storageDown: writes to the data dir fail (core_storage.go); written
+	// only by the driver.
+	storageDown atomic.Bool
 
 	ctx        context.Context // cancelled by Shutdown and Halt
 	cancel     context.CancelFunc
@@ -202,7 +205,7 @@ func (a *Agent) startCore() error {
 	cc := coreConfig{
 		Count:        a.counts.add,
 		Self:         a.self(),
-		Eligible:     a.eligible(),
+		Eligible:     a.mayLead(),
 		Voter:        a.cfg.Voter,
 		Consistency:  a.cfg.Consistency,
 		Lease:        a.cfg.leaseTiming(),

@@ -87,7 +87,11 @@ type core struct {
 	claims      *named.Claims
 	namedEvents []named.Event
 	out         []outMsg
-	failed      error // a store failed: the agent must stop
+	// storage is the last write to the data dir that failed, nil while
+	// writes succeed (core_storage.go); storageRetry is when the next
+	// write is tried.
+	storage      error
+	storageRetry time.Time
 }
 
 // coreConfig is what a core needs from the agent's Config.
@@ -281,6 +285,7 @@ func (c *core) tick(now time.Time) {
 	c.driveRoster(now)
 	c.askPledges(now)
 	c.maybeFetchRoster(now)
+	c.retryStorage(now)
 	c.process(now)
 	c.driveNamed(now)
 }
@@ -328,7 +333,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.ForceLeave != "":
 		reply = &envelope{ForceLeaveReply: c.forceLeaveReply(now, env.ForceLeave)}
 	case env.Pledge != nil:
-		rep := c.onPledge(*env.Pledge)
+		rep := c.onPledge(now, *env.Pledge)
 		reply = &envelope{PledgeReply: &rep}
 	case env.PledgeReply != nil:
 		c.onPledgeReply(now, *env.PledgeReply)
@@ -369,13 +374,18 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 	}
 	if c.amnesiac && req.Kind != leasing.Release {
 		if err := c.recover(now); err != nil {
+			c.storageFailed(now, err)
 			return refuse(leasing.ReasonStorage)
 		}
 		if c.amnesiac {
 			return refuse(leasing.ReasonRestarting)
 		}
 	}
-	return c.grants.Handle(now, req, c.roster())
+	rep := c.grants.Handle(now, req, c.roster())
+	if rep.Reason == leasing.ReasonStorage {
+		c.storageFailed(now, c.grants.StoreErr())
+	}
+	return rep
 }
 
 // fetchNamedRoster asks a candidate for its roster when its request names a
@@ -421,7 +431,7 @@ func (c *core) recover(now time.Time) error {
 func (c *core) process(now time.Time) {
 	defer c.forgetMootReasons()
 	defer c.traceState()
-	for c.failed == nil {
+	for {
 		rd := c.m.Ready()
 		if rd.RefusedEpoch != 0 {
 			c.reportJump(now, rd.RefusedFrom.Name, rd.RefusedEpoch)
@@ -431,9 +441,17 @@ func (c *core) process(now time.Time) {
 			c.log.Error("this node's epoch is the largest there is: it will not start a term; the epochs were driven up by a forged or corrupt message",
 				"epoch", rd.Epoch)
 		}
-		if err := c.epochs.Raise(rd.Epoch); err != nil {
-			c.failed = fmt.Errorf("persist epoch %d: %w", rd.Epoch, err)
-			return
+		if c.storage == nil {
+			if err := c.epochs.Raise(rd.Epoch); err != nil {
+				c.storageFailed(now, fmt.Errorf("persist epoch %d: %w", rd.Epoch, err))
+			}
+		}
+		if c.storage != nil {
+			// The epoch may not be on disk, so no round may use it (I2);
+			// the machine, made ineligible, has stopped campaigning. The
+			// messages carry only epochs this node has seen, or the term
+			// of a leader that stored it when it won.
+			rd.Acquire = 0
 		}
 		var asked []string
 		for _, msg := range rd.Messages {

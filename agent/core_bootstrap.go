@@ -81,7 +81,7 @@ func (c *core) maybeBootstrap(now time.Time) {
 	switch {
 	case pledged.IsZero():
 		if err := c.pledges.Save(want); err != nil {
-			c.failed = err
+			c.storageFailed(now, fmt.Errorf("pledge to bootstrap %s: %w", want, err))
 			return
 		}
 		c.log.Info("pledged to bootstrap a roster", "roster", want.String())
@@ -91,7 +91,7 @@ func (c *core) maybeBootstrap(now time.Time) {
 	}
 	if c.boot.roster.ClusterID != want.ClusterID {
 		c.boot = bootstrap{roster: want, acks: map[string]bool{c.cfg.Self.Name: true}, since: now, warned: c.boot.warned}
-		c.completeBootstrap() // a set of one
+		c.completeBootstrap(now) // a set of one
 	}
 	c.askPledges(now)
 }
@@ -125,7 +125,7 @@ const pledgeSilence = 5 * rosterFetchInterval
 // onPledge answers a pledge request for roster r: yes when this fresh
 // voter is pledged to r, or pledges to it now because its own view shows
 // exactly r's voters.
-func (c *core) onPledge(r leasing.Roster) pledgeReply {
+func (c *core) onPledge(now time.Time, r leasing.Roster) pledgeReply {
 	rep := pledgeReply{From: c.cfg.Self, Cluster: r.ClusterID}
 	mine, pledged := c.roster(), c.pledges.Roster()
 	switch {
@@ -142,7 +142,8 @@ func (c *core) onPledge(r leasing.Roster) pledgeReply {
 			break
 		}
 		if err := c.pledges.Save(r); err != nil {
-			c.failed, rep.Reason = err, "storage error"
+			c.storageFailed(now, fmt.Errorf("pledge to bootstrap %s: %w", r, err))
+			rep.Reason = "storage error"
 			break
 		}
 		c.log.Info("pledged to bootstrap a roster", "roster", r.String())
@@ -174,11 +175,11 @@ func (c *core) onPledgeReply(now time.Time, rep pledgeReply) {
 		return
 	}
 	b.acks[rep.From.Name] = true
-	c.completeBootstrap()
+	c.completeBootstrap(now)
 }
 
 // completeBootstrap stores the pledged roster once every member pledged it.
-func (c *core) completeBootstrap() {
+func (c *core) completeBootstrap(now time.Time) {
 	b := &c.boot
 	for _, v := range b.roster.Voters {
 		if !b.acks[v.Name] {
@@ -186,7 +187,7 @@ func (c *core) completeBootstrap() {
 		}
 	}
 	if err := c.rosters.Save(b.roster); err != nil {
-		c.failed = err
+		c.storageFailed(now, fmt.Errorf("store the bootstrapped roster: %w", err))
 		return
 	}
 	c.log.Info("bootstrapped the voter roster: every member pledged it", "roster", b.roster.String())

@@ -78,7 +78,7 @@ func (c *core) nextRoster(now time.Time) (leasing.Roster, bool) {
 // propose stores a step locally, then sends it to every voter of both sets.
 func (c *core) propose(now time.Time, next leasing.Roster) {
 	if err := c.rosters.Save(next); err != nil {
-		c.failed = err
+		c.storageFailed(now, fmt.Errorf("store the roster step proposed: %w", err))
 		return
 	}
 	c.log.Info("roster change proposed", "roster", next.String())
@@ -164,7 +164,7 @@ func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 		ack.Reason = "not from the lease holder"
 	default:
 		if err := c.rosters.Save(u.Roster); err != nil {
-			c.failed = err
+			c.storageFailed(now, fmt.Errorf("store the roster step from %s: %w", u.From.Name, err))
 			ack.Reason = "storage error"
 			return ack
 		}
@@ -182,14 +182,14 @@ func (c *core) onRosterUpdate(now time.Time, u rosterUpdate) rosterAck {
 
 // adoptNewer stores a newer roster of this cluster reported by a voter's
 // refusal, so this node campaigns under it next time.
-func (c *core) adoptNewer(r leasing.Roster) {
+func (c *core) adoptNewer(now time.Time, r leasing.Roster) {
 	cur := c.roster()
 	c.checkDiverged(r)
 	if r.ClusterID != cur.ClusterID || !r.Newer(cur) {
 		return
 	}
 	if err := c.rosters.Save(r); err != nil {
-		c.failed = err
+		c.storageFailed(now, fmt.Errorf("store a newer roster: %w", err))
 		return
 	}
 	c.log.Info("learned a newer roster", "roster", r.String())

@@ -146,7 +146,7 @@ func (c *core) evaluate(now time.Time) {
 		c.quorum = rd.Quorum() // not a renewal of a term that has ended
 	}
 	if newer, ok := rd.NewerRoster(); ok {
-		c.adoptNewer(newer)
+		c.adoptNewer(now, newer)
 	}
 	switch {
 	case rd.Kind == leasing.Acquire && won:

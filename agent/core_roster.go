@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -79,11 +80,11 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 		return
 	}
 	if !c.roster().IsZero() {
-		c.adoptNewer(r) // also reports a diverged roster
+		c.adoptNewer(now, r) // also reports a diverged roster
 		return
 	}
 	if err := c.rosters.Save(r); err != nil {
-		c.failed = err
+		c.storageFailed(now, fmt.Errorf("store the roster learned: %w", err))
 		return
 	}
 	if c.mayHaveGranted(r) {

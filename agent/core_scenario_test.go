@@ -441,7 +441,12 @@ func (s *csim) randomFault(wiped *bool) {
 		// of milliseconds, longer than the election timeout.
 		s.lag = [][2]time.Duration{{}, {}, {50 * time.Millisecond, 300 * time.Millisecond}}[s.rand.IntN(3)]
 	case 13:
-		if s.canLose(name) {
+		switch {
+		case n.up && n.epochs.failed && s.rand.IntN(2) == 0:
+			// Space freed, or the disk replaced under the running agent:
+			// it writes again at its next retry (core_storage.go).
+			n.epochs.failed, n.grants.failed = false, false
+		case s.canLose(name):
 			n.epochs.failed, n.grants.failed = true, true // the disk fails from now on
 		}
 	case 14:

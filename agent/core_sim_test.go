@@ -93,8 +93,11 @@ type cnode struct {
 	rosters    *memRoster
 	pledges    *memRoster
 	led        []uint64 // epochs of the terms it led, in order
-	granted    uint64   // highest acquire epoch it granted (checked: grows)
-	drained    bool     // core_drain_sim_test.go
+	// storageDown: its writes fail, and its agent advertises it (not
+	// eligible) in gossip.
+	storageDown bool
+	granted     uint64 // highest acquire epoch it granted (checked: grows)
+	drained     bool   // core_drain_sim_test.go
 }
 
 type flight struct {
@@ -312,7 +315,7 @@ func (s *csim) syncViews() {
 		for _, b := range s.order {
 			nb := s.nodes[b]
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused && !s.hidden[[2]string{a, b}]) { // a paused node fails its probes
-				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained},
+				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained && !nb.storageDown},
 					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
 					Seated: nb.rosters.r.Contains(leasing.Node{ID: nb.id, Name: b}),
 					Zone:   nb.zone})
@@ -328,12 +331,13 @@ func (s *csim) syncViews() {
 // collect queues a node's outgoing messages with random delays.
 func (s *csim) collect(name string) {
 	n := s.nodes[name]
-	if n.c.failed != nil {
-		if !errors.Is(n.c.failed, errDisk) {
-			s.t.Fatalf("%s: %v", name, n.c.failed)
-		}
-		s.crash(name) // the agent stops when it cannot persist
-		return
+	if err := n.c.storageFailure(); err != nil && !errors.Is(err, errDisk) {
+		s.t.Fatalf("%s: %v", name, err)
+	}
+	if down := n.c.storageFailure() != nil; down != n.storageDown {
+		// The agent advertises it in gossip (Agent.noteStorage).
+		n.storageDown = down
+		defer s.syncViews()
 	}
 	if e, ok := n.c.stopPending(); ok && s.eagerRelease {
 		n.c.stopped(s.local(n, s.now), e)
@@ -670,8 +674,8 @@ func (s *csim) dump() string {
 			continue
 		}
 		st := n.c.m.Status()
-		fmt.Fprintf(&b, "  %s state=%v leader=%q term=%d epoch=%d lease=%d valid=%v noquorum=%q roster=%v left=%v\n", name, st.State,
-			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.noQuorum, n.rosters.r, n.left)
+		fmt.Fprintf(&b, "  %s state=%v leader=%q term=%d epoch=%d lease=%d valid=%v noquorum=%q roster=%v left=%v disk-failing=%v\n", name, st.State,
+			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.noQuorum, n.rosters.r, n.left, n.storageDown)
 	}
 	cuts := []string{}
 	for k := range s.cut {

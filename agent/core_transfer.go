@@ -112,7 +112,7 @@ func transferReplyFor(err error) *transferReply {
 // its reach of the voters and an eligible one starts again.
 func (c *core) setEligible(now time.Time, eligible bool) {
 	c.cfg.Eligible = eligible
-	c.m.SetEligible(now, eligible)
+	c.m.SetEligible(now, eligible && c.storage == nil)
 	c.process(now)
 }
 

@@ -26,6 +26,9 @@ const (
 	drainedFile = "drained"
 	// drainedTag advertises that the node is drained ("1").
 	drainedTag = "d"
+	// storageTag advertises that the node cannot write its data dir ("1"):
+	// it does not lead until a write succeeds (core_storage.go).
+	storageTag = "wf"
 )
 
 const drainedNote = "this node is drained: it does not lead until `tenure drain --off` (or this file is removed while the agent is stopped)\n"
@@ -46,9 +49,13 @@ func (a *Agent) loadDrained() error {
 	return nil
 }
 
-// eligible reports whether this node may lead now: configured eligible,
-// and not drained.
-func (a *Agent) eligible() bool { return a.cfg.Eligible && !a.drained.Load() }
+// mayLead reports whether this node may lead as configured: eligible, and
+// not drained. The core adds whether it can write its data dir.
+func (a *Agent) mayLead() bool { return a.cfg.Eligible && !a.drained.Load() }
+
+// eligible reports whether this node may lead now, as gossip advertises it:
+// mayLead, and able to write its data dir.
+func (a *Agent) eligible() bool { return a.mayLead() && !a.storageDown.Load() }
 
 // Drained reports whether this node is drained (Drain). The socket's
 // status op reports it as drained.
@@ -82,7 +89,7 @@ func (a *Agent) setDrained(drained bool) error {
 	if a.drained.Swap(drained) != drained {
 		a.log.Info("drain changed", "drained", drained, "eligible", a.cfg.Eligible && !drained)
 	}
-	a.core.setEligible(a.cfg.Clock.Now(), a.eligible())
+	a.core.setEligible(a.cfg.Clock.Now(), a.mayLead())
 	a.flush()
 	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
 	return nil

@@ -133,17 +133,18 @@ func (a *Agent) publishMember(ev gossip.Event) {
 func (a *Agent) rpcMember(m gossip.Member, leader *rpc.LeaderInfo) rpc.Member {
 	r := a.rosters.Roster()
 	return rpc.Member{
-		Role:     memberRole(r, m),
-		Zone:     m.Tags[zoneTag],
-		Name:     m.Name,
-		ID:       m.ID,
-		Addr:     m.Addr,
-		PeerAddr: m.PeerAddr,
-		Status:   m.Status.String(),
-		Voter:    m.Voter,
-		Eligible: m.Eligible,
-		IsLeader: leader != nil && leader.Node == m.Name && leader.ID == m.ID,
-		Drained:  m.Tags[drainedTag] == "1",
+		Role:          memberRole(r, m),
+		Zone:          m.Tags[zoneTag],
+		Name:          m.Name,
+		ID:            m.ID,
+		Addr:          m.Addr,
+		PeerAddr:      m.PeerAddr,
+		Status:        m.Status.String(),
+		Voter:         m.Voter,
+		Eligible:      m.Eligible,
+		IsLeader:      leader != nil && leader.Node == m.Name && leader.ID == m.ID,
+		Drained:       m.Tags[drainedTag] == "1",
+		StorageFailed: m.Tags[storageTag] == "1",
 	}
 }
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -221,10 +220,7 @@ func (a *Agent) syncMembers() {
 func (a *Agent) flush() *sync.WaitGroup {
 	var sent sync.WaitGroup
 	a.counts.add("flush")
-	if err := a.core.failed; err != nil {
-		a.fail(err)
-		return &sent
-	}
+	a.noteStorage()
 	now := a.cfg.Clock.Now()
 	deadline := a.publishedDeadline()
 	a.publishStatus(now)
@@ -272,14 +268,22 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 		}
 	}
 	a.drainTags(tags)
+	if a.storageDown.Load() {
+		tags[storageTag] = "1"
+	}
 	return tags
 }
 
-// fail stops the agent after an error it cannot act safely past (state
-// could not be persisted, so no message may be sent and no term started).
-func (a *Agent) fail(err error) {
-	a.abort(fmt.Errorf("agent: cannot persist state: %w", err))
-	<-a.ctx.Done()
+// noteStorage advertises, when it changes, whether this node's writes to
+// its data dir fail (core_storage.go): gossip then lists it as not
+// eligible, and why. It runs on the driver.
+func (a *Agent) noteStorage() {
+	down := a.core.storageFailure() != nil
+	if a.storageDown.Swap(down) == down {
+		return
+	}
+	a.counts.add("set_tags")
+	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
 }
 
 // RefusedPeers counts the peer connections refused since start because

@@ -21,6 +21,7 @@ type snapshot struct {
 	reason   string
 	quorum   leasing.Quorum
 	roster   leasing.Roster
+	storage  string // the last failed write to the data dir, "" when none
 	members  int
 	// changed is the wall-clock time of the last leadership event (or of
 	// the agent's start): when the leadership this snapshot reports began,
@@ -32,6 +33,9 @@ type snapshot struct {
 func (c *core) snapshot(now time.Time) snapshot {
 	st := c.m.Status()
 	s := snapshot{status: st, quorum: c.statusQuorum(), roster: c.roster()}
+	if err := c.storageFailure(); err != nil {
+		s.storage = err.Error()
+	}
 	if c.leading() && c.quorumMode() {
 		s.deadline = c.lease.deadline
 	}
@@ -205,6 +209,7 @@ func (a *Agent) statusSince() (rpc.Status, time.Time) {
 		Consistency: string(a.cfg.Consistency),
 		Reason:      snap.reason,
 		Drained:     a.drained.Load(),
+		Storage:     snap.storage,
 	}
 	if out.IsLeader && quorum {
 		out.LeaseRemainingMS = snap.deadline.Sub(now).Milliseconds()

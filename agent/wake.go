@@ -27,7 +27,7 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	soon := func(t time.Time) bool { return !t.IsZero() && t.Before(now.Add(d)) }
 	st := c.m.Status()
 	switch {
-	case c.failed != nil, c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
+	case c.storage != nil, c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
 		return false
 	case soon(c.claims.Next()), c.table != nil && soon(c.table.Next()):
 		return false

@@ -126,7 +126,7 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	switch {
 	case m.state == StateLeader:
 		s := m.naturalSuccessor(now)
-		m.endTerm(now, Message{Type: MsgResign, Hold: true, Successor: s, Natural: !s.IsZero()}, "drained: no longer eligible")
+		m.endTerm(now, Message{Type: MsgResign, Hold: true, Successor: s, Natural: !s.IsZero()}, "no longer eligible to lead (drained, or its data dir cannot be written)")
 	case m.state.Campaigning():
 		// A lease round in flight that wins is released (Acquired).
 		m.state, m.acquiring = StateFollower, 0

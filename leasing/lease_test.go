@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -205,6 +206,13 @@ func TestVoterRefusesOtherRostersAndStorageFailure(t *testing.T) {
 	store.fail = true
 	if rep := vt.Handle(t0, base, r); rep.Granted || rep.Reason != ReasonStorage {
 		t.Fatalf("unpersistable grant: %+v", rep)
+	}
+	if err := vt.StoreErr(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("StoreErr after a failed record = %v, want the store's error", err)
+	}
+	store.fail = false
+	if rep := vt.Handle(t0, base, r); !rep.Granted || vt.StoreErr() != nil {
+		t.Fatalf("after the store recovered: %+v, StoreErr %v", rep, vt.StoreErr())
 	}
 }
 

@@ -63,7 +63,13 @@ type Voter struct {
 	// for a term nobody will use. Kept in memory only: after a restart the
 	// restart hold outlasts any such request.
 	releasedFloor uint64
+	// storeErr is why the last grant could not be recorded (StoreErr).
+	storeErr error
 }
+
+// StoreErr returns why the voter's last attempt to record a grant failed
+// (it then refused with ReasonStorage), or nil when it succeeded.
+func (v *Voter) StoreErr() error { return v.storeErr }
 
 // NewVoter returns a voter that starts at now. A voter that may have
 // promised before (cfg.Restarted, or its store holds a grant or a TTL)
@@ -100,8 +106,10 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	// before promising, so a restart holds for as long as this promise.
 	first := v.store.Epoch() == 0
 	if err := v.store.Record(req.Epoch, req.TTL); err != nil {
+		v.storeErr = fmt.Errorf("leasing: record the grant of epoch %d to %s: %w", req.Epoch, req.Candidate.Name, err)
 		return v.reply(now, false, ReasonStorage)
 	}
+	v.storeErr = nil
 	v.holder, v.epoch, v.expiry, v.granted = req.Candidate, req.Epoch, now.Add(req.TTL), now
 	v.lastHolder = req.Candidate
 	v.renewed = req.Kind == Renew

@@ -58,6 +58,11 @@ type Status struct {
 	// Drained reports that this node was drained (OpDrain): it does not
 	// lead until the drain is lifted, across restarts.
 	Drained bool `msgpack:"drained" json:"drained"`
+	// Storage, when not empty, is the last write to this node's data dir
+	// that failed (a full or failing disk): the node does not lead or
+	// campaign until a write succeeds; it tries again every few seconds,
+	// and meanwhile follows the leader and answers queries.
+	Storage string `msgpack:"storage,omitempty" json:"storage,omitempty"`
 }
 
 // QuorumInfo counts the grants of a lease round.
@@ -116,6 +121,9 @@ type Member struct {
 	// Drained reports that the member was drained (OpDrain); it is then
 	// not Eligible either.
 	Drained bool `msgpack:"drained" json:"drained"`
+	// StorageFailed reports that the member cannot write its data dir
+	// (Status.Storage); it is then not Eligible either.
+	StorageFailed bool `msgpack:"storage_failed,omitempty" json:"storage_failed,omitempty"`
 }
 
 // Member roles (Member.Role).

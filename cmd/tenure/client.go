@@ -92,6 +92,9 @@ func printStatus(w io.Writer, st rpc.Status) {
 	if st.Drained {
 		fmt.Fprintf(tw, "drained:\tyes: this node does not lead until `tenure drain --off`\n")
 	}
+	if st.Storage != "" {
+		fmt.Fprintf(tw, "storage:\tfailing: %s (this node does not lead until a write to its data dir succeeds; it retries)\n", st.Storage)
+	}
 	if st.IsLeader && st.Consistency == "available" {
 		fmt.Fprintf(tw, "lease:\tnone (available mode: no lease bounds leadership)\n")
 	} else if st.IsLeader {
@@ -228,6 +231,8 @@ func role(m rpc.Member) string {
 	}
 	if m.Drained {
 		parts = append(parts, "drained")
+	} else if m.StorageFailed {
+		parts = append(parts, "storage-failed")
 	} else if !m.Eligible {
 		parts = append(parts, "ineligible")
 	}

@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// A write to the data dir that fails (a full or failing disk) does not stop
+// the agent. The node stops being eligible to lead: a leader resigns as a
+// drained one does, a candidate stops, and the machine neither campaigns
+// nor answers ELECTIONs, so no round uses an epoch that may not be on disk
+// (I2). A vote that needs a write is refused (storage-error), as it always
+// was. Otherwise the node goes on: it follows the leader, answers the
+// socket's queries and gossip, and advertises the failure (storageTag), so
+// status and members say why it does not lead. Every storageRetryInterval
+// it writes the epoch file again; once that succeeds it is eligible again
+// as configured (unless drained). Before, the agent stopped at the next
+// write, which every agent makes at every new term in the cluster: under a
+// service manager it restarted and stopped again at each term change, and
+// the applications on the host lost the socket each time.
+
+// storageRetryInterval is how often a node whose writes failed tries again.
+const storageRetryInterval = 5 * time.Second
+
+// storageFailed records a failed write to the data dir. The first failure
+// makes the node ineligible until a retry succeeds (retryStorage).
+func (c *core) storageFailed(now time.Time, err error) {
+	first := c.storage == nil
+	c.storage = err
+	if !first {
+		return
+	}
+	c.storageRetry = now.Add(storageRetryInterval)
+	c.count("storage.failed")
+	c.log.Error("cannot write the data dir: this node does not lead or campaign until a write succeeds; it still follows and answers queries",
+		"err", err, "retry_every", storageRetryInterval)
+	c.m.SetEligible(now, false)
+}
+
+// retryStorage writes the epoch file again, once per storageRetryInterval
+// while writes fail; when it succeeds the node is eligible again as
+// configured.
+func (c *core) retryStorage(now time.Time) {
+	if c.storage == nil || now.Before(c.storageRetry) {
+		return
+	}
+	c.storageRetry = now.Add(storageRetryInterval)
+	epoch := c.m.Status().Epoch
+	if err := c.epochs.Raise(epoch); err != nil {
+		c.storage = fmt.Errorf("persist epoch %d: %w", epoch, err)
+		return
+	}
+	c.log.Info("the data dir can be written again", "epoch", epoch, "eligible", c.cfg.Eligible)
+	c.storage = nil
+	c.m.SetEligible(now, c.cfg.Eligible)
+}
+
+// storageFailure is the last failed write to the data dir, nil while writes
+// succeed.
+func (c *core) storageFailure() error { return c.storage }

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/rpc"
+)
+
+// TestFullDataDirKeepsAgentServing runs three real agents, n2's data dir on
+// a small tmpfs, and fills it. When n3 resigns and names n2 its successor,
+// n2 cannot store the new term's epoch: it must not stop (before, the
+// agent exited at that write, and at every term change after a restart),
+// nor lead, but go on serving its socket, say why in its status, be listed
+// by the others as storage-failed and not eligible while n1 takes the term,
+// and be eligible again once space is freed. Root only (it mounts a tmpfs).
+func TestFullDataDirKeepsAgentServing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	c := newTestCluster(t)
+	c.expect = 3
+	full := filepath.Join(c.dir, "n2")
+	if err := os.MkdirAll(full, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", full, "tmpfs", 0, "size=512k,mode=0700"); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v", full, err)
+	}
+	t.Cleanup(func() {
+		for _, a := range c.agents {
+			a.Halt()
+		}
+		if err := syscall.Unmount(full, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", full, err)
+		}
+	})
+	for i := 1; i <= 3; i++ {
+		c.start(c.config(fmt.Sprintf("n%d", i), uint64(i))) // each joins the first
+	}
+	first := c.waitLeader("n3", 20*time.Second)
+	filler := filepath.Join(full, "filler")
+	fill(t, filler)
+
+	if err := socketCall(c.agents["n3"], func(ctx context.Context, cl *rpc.Client) error { return cl.Resign(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	next := c.waitLeader("n1", 20*time.Second)
+	if next <= first {
+		t.Fatalf("n1 leads epoch %d after n3's term %d", next, first)
+	}
+	n2 := c.agents["n2"]
+	var st rpc.Status
+	if err := socketCall(n2, func(ctx context.Context, cl *rpc.Client) (err error) { st, err = cl.Status(ctx); return err }); err != nil {
+		t.Fatalf("n2's socket after its disk filled: %v", err)
+	}
+	if st.Storage == "" || st.IsLeader {
+		t.Fatalf("n2's status with a full data dir: storage %q, leader %v; want the failed write, not leading", st.Storage, st.IsLeader)
+	}
+	t.Logf("n2's status says: %s", st.Storage)
+	waitMember(t, c.agents["n1"], "n2", func(m rpc.Member) bool { return m.StorageFailed && !m.Eligible })
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*storageRetryInterval, func() error {
+		var st rpc.Status
+		if err := socketCall(n2, func(ctx context.Context, cl *rpc.Client) (err error) { st, err = cl.Status(ctx); return err }); err != nil {
+			return err
+		}
+		if st.Storage != "" {
+			return fmt.Errorf("n2 still reports %q", st.Storage)
+		}
+		return nil
+	})
+	waitMember(t, c.agents["n1"], "n2", func(m rpc.Member) bool { return !m.StorageFailed && m.Eligible })
+}
+
+// fill writes path until the file system it is on has no space left.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", path, err)
+			}
+			return
+		}
+	}
+}
