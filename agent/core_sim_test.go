@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -622,6 +623,11 @@ func (s *csim) run(d time.Duration) {
 	for end := s.now.Add(d); s.now.Before(end); {
 		s.tick()
 	}
+}
+
+// othersThan returns every node but x, in order.
+func (s *csim) othersThan(x string) []string {
+	return slices.DeleteFunc(slices.Clone(s.order), func(name string) bool { return name == x })
 }
 
 // leader returns the node holding a valid lease, or "".

@@ -203,13 +203,7 @@ func TestVacancyKeepsLiveVoters(t *testing.T) {
 	s.deadTimeout = 5 * time.Second
 	s.addNodes(3)
 	l, _ := s.waitLeader(10 * time.Second)
-	var dead string
-	for _, name := range s.order {
-		if name != l {
-			dead = name
-			break
-		}
-	}
+	dead := s.othersThan(l)[0]
 	s.crash(dead)
 	s.run(s.deadTimeout / 2)
 	s.join("n4")
@@ -241,12 +235,7 @@ func TestVoterLearnsALaterStepOfItsVersion(t *testing.T) {
 	s.deadTimeout = 5 * time.Second
 	s.addNodes(3)
 	l, _ := s.waitLeader(10 * time.Second)
-	var others []string
-	for _, name := range s.order {
-		if name != l {
-			others = append(others, name)
-		}
-	}
+	others := s.othersThan(l)
 	dead, kept := others[0], others[1]
 	s.crash(dead)
 	s.nodes["n4"] = s.newNode("n4", 4) // one that may vote, unlike some s.join makes
