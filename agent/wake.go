@@ -27,8 +27,10 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	soon := func(t time.Time) bool { return !t.IsZero() && t.Before(now.Add(d)) }
 	st := c.m.Status()
 	switch {
-	case c.storage != nil, c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
+	case c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
 		return false
+	case c.storage != nil && soon(c.storageRetry):
+		return false // a node whose disk is full may stay so for hours: only its retry needs the tick
 	case soon(c.claims.Next()), c.table != nil && soon(c.table.Next()):
 		return false
 	case c.quorumMode() && c.roster().IsZero():
