@@ -141,11 +141,68 @@ func (c *Cluster) addNode(expect int) (*Node, error) {
 	}
 	n := &Node{Name: name, ID: id, Host: host, dir: filepath.Join(c.cfg.Dir, name), expect: expect,
 		eligible: !slices.Contains(c.cfg.Ineligible, name)}
-	if err := os.MkdirAll(n.dir, 0o700); err != nil {
+	if err := os.MkdirAll(n.disk(), 0o700); err != nil {
 		return nil, fmt.Errorf("nemesis: %w", err)
 	}
+	if err := syscall.Mount("tmpfs", n.disk(), "tmpfs", 0, diskOptions); err != nil {
+		return nil, fmt.Errorf("nemesis: mount %s's disk (a tmpfs) on %s: %w", name, n.disk(), err)
+	}
+	n.mounted = true
 	c.nodes = append(c.nodes, n)
 	return n, nil
+}
+
+// diskOptions are the mount options of a node's disk: room for the data
+// dir (a few KiB, and the gossip snapshot) many times over.
+const diskOptions = "size=32m,mode=0700"
+
+// FillDisk records that n's disk is full, then fills it: the agent's next
+// write to its data dir fails with ENOSPC.
+func (c *Cluster) FillDisk(n *Node) error {
+	if _, err := c.events.Record(check.EventDiskFull, []string{n.Name}, n.disk()); err != nil {
+		return err
+	}
+	f, err := os.Create(n.filler())
+	if err != nil {
+		return fmt.Errorf("nemesis: fill %s's disk: %w", n.Name, err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil
+			}
+			return fmt.Errorf("nemesis: fill %s's disk: %w", n.Name, err)
+		}
+	}
+}
+
+// FreeDisk removes what FillDisk wrote, then records it.
+func (c *Cluster) FreeDisk(n *Node) error {
+	if err := os.Remove(n.filler()); err != nil {
+		return fmt.Errorf("nemesis: free %s's disk: %w", n.Name, err)
+	}
+	_, err := c.events.Record(check.EventDiskFreed, []string{n.Name}, n.disk())
+	return err
+}
+
+// unmountDisks unmounts the nodes' disks once their agents are stopped
+// (lazily: a process that still holds a file there keeps it until it
+// exits).
+func (c *Cluster) unmountDisks() error {
+	var errs []error
+	for _, n := range c.nodes {
+		if !n.mounted {
+			continue
+		}
+		if err := syscall.Unmount(n.disk(), syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("nemesis: unmount %s's disk: %w", n.Name, err))
+			continue
+		}
+		n.mounted = false
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Cluster) startStore() error {
@@ -369,6 +426,7 @@ func (c *Cluster) Stop() error {
 		n.agent = nil
 	}
 	errs = append(errs, stopProc("the store", c.store))
+	errs = append(errs, c.unmountDisks())
 	if c.events != nil {
 		errs = append(errs, c.events.Close())
 	}

@@ -23,6 +23,7 @@ var (
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
 	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
+	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
 )
 
@@ -134,9 +135,9 @@ func TestSchedules(t *testing.T) {
 	for i := range *schedulesFlag {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			plan := Plan(s, *stepsFlag, true, *opsFlag)
-			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t):\n%s",
-				s, s, *stepsFlag, *opsFlag, DescribePlan(plan))
+			plan := Plan(s, *stepsFlag, true, *opsFlag, *diskFlag)
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t):\n%s",
+				s, s, *stepsFlag, *opsFlag, *diskFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
 				tally.Add(res)

@@ -25,7 +25,8 @@ type Node struct {
 	ID   int
 	Host netns.Host
 
-	dir      string // <run dir>/<name>: data dir, socket, logs
+	dir      string // <run dir>/<name>: its disk (with the data dir), socket, logs
+	mounted  bool   // its disk is mounted
 	expect   int    // --expect: the bootstrap's size, or 0 for a node that joins later
 	eligible bool
 
@@ -36,7 +37,14 @@ type Node struct {
 	pausedGroup []int // the writers' process groups stopped with the host
 }
 
-func (n *Node) dataDir() string { return filepath.Join(n.dir, "data") }
+// disk is the mount point of the node's own small file system (a tmpfs),
+// which holds its data dir, so that a fault can fill it (FillDisk).
+func (n *Node) disk() string { return filepath.Join(n.dir, "disk") }
+
+func (n *Node) dataDir() string { return filepath.Join(n.disk(), "data") }
+
+// filler is the file that fills the node's disk.
+func (n *Node) filler() string { return filepath.Join(n.disk(), "filler") }
 
 // Socket is the agent's Unix socket.
 func (n *Node) Socket() string { return filepath.Join(n.dir, "tenure.sock") }

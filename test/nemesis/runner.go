@@ -104,7 +104,8 @@ func (c *Cluster) network(kind string, loss float64, target *Node, rng *rand.Ran
 	return Partition{}, false
 }
 
-// processFault runs the steps that kill, wipe, pause or add agents.
+// processFault runs the steps that kill, wipe, pause or add agents, or
+// fill a disk.
 func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, error) {
 	victim := leader // kills hit the leader half the time, another node otherwise
 	if rng.IntN(2) == 0 {
@@ -143,6 +144,12 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 		}
 	case FaultCrash:
 		what, err = leader.Name, c.Kill(leader)
+	case FaultDiskFull:
+		what, err = victim.Name, c.FillDisk(victim)
+		if err == nil {
+			time.Sleep(s.Hold)
+			err = c.FreeDisk(victim)
+		}
 	case FaultJoin:
 		var n *Node
 		if n, err = c.AddNode(); err == nil {
@@ -208,7 +215,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		if s.Kind == FaultTransfer && to != node && (rng.IntN(2) == 0 || s.OnSuccessor) {
 			victim = to // the named successor, unless it is asked
 		}
-		if s.Kind == FaultResign && s.OnSuccessor {
+		if s.Kind == FaultResign && (s.OnSuccessor || s.Under == FaultDiskFull && rng.IntN(2) == 0) {
 			victim = c.highestUp(leader) // the successor its RESIGN names
 		}
 		var under string
@@ -250,9 +257,10 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	return what, refused, c.Heal("every agent running and undrained, network whole")
 }
 
-// underProcess kills or pauses victim (kind FaultKill or FaultPause)
-// under an operator's action, says so, and returns what undoes it
-// (restarting or resuming victim); with no victim (no other node runs) it
+// underProcess kills, pauses or fills the disk of victim (kind FaultKill,
+// FaultPause or FaultDiskFull) under an operator's action, says so, and
+// returns what undoes it (restarting or resuming victim, freeing its
+// disk); with no victim (no other node runs) it
 // does nothing and says that.
 func (c *Cluster) underProcess(kind string, victim *Node) (string, func() error, error) {
 	none := func() error { return nil }
@@ -264,6 +272,8 @@ func (c *Cluster) underProcess(kind string, victim *Node) (string, func() error,
 		return "killed " + victim.Name, func() error { return c.StartAgents(victim) }, c.Kill(victim)
 	case FaultPause:
 		return "paused " + victim.Name, func() error { return c.Resume(victim) }, c.Pause(victim)
+	case FaultDiskFull:
+		return "filled the disk of " + victim.Name, func() error { return c.FreeDisk(victim) }, c.FillDisk(victim)
 	}
 	return "", none, fmt.Errorf("nemesis: no operator's action is drawn under %q", kind)
 }

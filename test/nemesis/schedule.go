@@ -25,6 +25,9 @@ const (
 	FaultPauseHost = "pause-host"     // SIGSTOP of the leader's agent, tenure run and writer
 	FaultRestart   = "restart-all"    // kill -9 of every agent, then all restarted
 	FaultJoin      = "join"           // a node with the highest ID joins (once per schedule)
+	// FaultDiskFull fills a node's disk (the leader's half the time) so
+	// that its writes to its data dir fail, and frees it after the hold.
+	FaultDiskFull = "disk-full"
 	// FaultCrash kills the leader's agent and leaves it down. Not drawn:
 	// it serves the scenario that shows the liveness check can fail.
 	FaultCrash = "crash-leader"
@@ -54,6 +57,11 @@ var operatorDrawn = []string{FaultStop, FaultDrain, FaultTransfer, FaultResign}
 // replaces the draw once per schedule, at a random step.
 var drawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss,
 	FaultKill, FaultWipe, FaultPause, FaultPauseHost, FaultRestart}
+
+// diskDrawn are the kinds a plan with disk faults adds to the draw, after
+// the operator actions; an operator's action may then be drawn under them
+// too.
+var diskDrawn = []string{FaultDiskFull}
 
 // losses are the drop probabilities a loss is drawn with.
 var losses = []float64{0.05, 0.15, 0.3}
@@ -101,10 +109,12 @@ func (s Step) underHold() time.Duration {
 var networkDrawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOneWay, FaultUDP, FaultLoss}
 
 // underDrawn are the faults an operator's action may be drawn under: the
-// network faults, a kill -9 of a node and a pause of a node's agent. The
-// node killed or paused is neither the leader nor the node acted on (the
-// operator's command must reach them); for a transfer it is the named
-// successor half the time, unless the command is asked on it.
+// network faults, a kill -9 of a node and a pause of a node's agent (and,
+// in a plan with disk faults, a full disk). The node killed, paused or
+// filled is neither the leader nor the node acted on (the operator's
+// command must reach them); for a transfer it is the named successor half
+// the time, unless the command is asked on it, and a resign's natural
+// successor half the time when its disk is filled.
 var underDrawn = append(slices.Clip(networkDrawn), FaultKill, FaultPause)
 
 func (s Step) String() string {
@@ -140,12 +150,18 @@ func (s Step) bare() string {
 // operator actions are drawn too, each as likely as a fault (stops and
 // drains hold 2–10 s, a resign's --hold is 2–10 s), half of them under a
 // network fault, a kill or a pause held as long; without, a seed gives
-// the plan it gave before they existed.
-func Plan(seed uint64, steps int, join, ops bool) []Step {
+// the plan it gave before they existed. With disk, full disks (held 2–10
+// s) are drawn too, alone and under operator actions; without, a seed
+// gives the plan it gave before they existed.
+func Plan(seed uint64, steps int, join, ops, disk bool) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
-	kinds := drawn
+	kinds, under := drawn, underDrawn
 	if ops {
 		kinds = append(slices.Clip(drawn), operatorDrawn...)
+	}
+	if disk {
+		kinds = append(slices.Clip(kinds), diskDrawn...)
+		under = append(slices.Clip(underDrawn), diskDrawn...)
 	}
 	joinAt := -1
 	if join && steps > 1 {
@@ -165,7 +181,7 @@ func Plan(seed uint64, steps int, join, ops bool) []Step {
 			s.Loss = losses[rng.IntN(len(losses))]
 		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
 			if rng.IntN(2) == 0 {
-				s.Under = underDrawn[rng.IntN(len(underDrawn))]
+				s.Under = under[rng.IntN(len(under))]
 				if s.Under == FaultLoss {
 					s.Loss = losses[rng.IntN(len(losses))]
 				}

@@ -136,20 +136,20 @@ func TestUDPCutAndLossLeaveTCP(t *testing.T) {
 // stay in their ranges; one join, never first; over many seeds every
 // fault and operator action is drawn.
 func TestPlanReplaysItsSeed(t *testing.T) {
-	if !reflect.DeepEqual(Plan(42, 8, true, true), Plan(42, 8, true, true)) {
+	if !reflect.DeepEqual(Plan(42, 8, true, true, true), Plan(42, 8, true, true, true)) {
 		t.Fatal("seed 42 gave two plans")
 	}
-	if reflect.DeepEqual(Plan(42, 8, true, true), Plan(43, 8, true, true)) {
+	if reflect.DeepEqual(Plan(42, 8, true, true, true), Plan(43, 8, true, true, true)) {
 		t.Fatal("seeds 42 and 43 gave the same plan")
 	}
 	kinds := map[string]int{}
 	for seed := range uint64(400) {
-		plan := Plan(seed, 6, true, true)
+		plan := Plan(seed, 6, true, true, true)
 		joins := 0
 		for i, s := range plan {
 			kinds[s.Kind]++
 			if s.Under != "" {
-				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(underDrawn, s.Under) {
+				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(underDrawn, s.Under) && !slices.Contains(diskDrawn, s.Under) {
 					t.Fatalf("seed %d: %s", seed, s)
 				}
 				kinds["under "+s.Under]++
@@ -172,8 +172,8 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Concat(drawn, operatorDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
-		"under "+FaultKill, "under "+FaultPause) {
+	for _, k := range append(slices.Concat(drawn, operatorDrawn, diskDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
+		"under "+FaultKill, "under "+FaultPause, "under "+FaultDiskFull) {
 		if kinds[k] == 0 {
 			t.Errorf("%s never drawn in 400 plans", k)
 		}
@@ -185,7 +185,7 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 // docs/RELIABILITY.md replay with -nemesis.ops=false.
 func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
 	var got []string
-	for _, s := range Plan(4010, 4, true, false) {
+	for _, s := range Plan(4010, 4, true, false, false) {
 		got = append(got, s.String())
 	}
 	want := []string{"isolate-leader for 8.268s", "ring for 4.189s", "join", "udp-cut for 6.801s"}
@@ -193,10 +193,33 @@ func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
 		t.Fatalf("seed 4010 without operators: got %q, want %q", got, want)
 	}
 	for seed := range uint64(200) {
-		for _, s := range Plan(seed, 6, true, false) {
-			if slices.Contains(operatorDrawn, s.Kind) {
-				t.Fatalf("seed %d: %s drawn without operators", seed, s)
+		for _, s := range Plan(seed, 6, true, false, false) {
+			if slices.Contains(operatorDrawn, s.Kind) || s.Kind == FaultDiskFull {
+				t.Fatalf("seed %d: %s drawn without operators and disk faults", seed, s)
 			}
 		}
+	}
+}
+
+// TestPlanWithoutDiskFaultsKeepsOldSeeds: without disk faults a seed
+// gives the plan it gave before they were added (with operator actions),
+// so the seeds recorded in docs/RELIABILITY.md replay with
+// -nemesis.disk=false.
+func TestPlanWithoutDiskFaultsKeepsOldSeeds(t *testing.T) {
+	for seed := range uint64(200) {
+		for _, s := range Plan(seed, 6, true, true, false) {
+			if s.Kind == FaultDiskFull || s.Under == FaultDiskFull {
+				t.Fatalf("seed %d: %s drawn without disk faults", seed, s)
+			}
+		}
+	}
+	var got []string
+	for _, s := range Plan(5836, 6, true, true, false) {
+		got = append(got, s.String())
+	}
+	want := []string{"resign --hold 8.342s under loss 5%", "halves for 5.723s", "drain for 9.709s",
+		"stop for 5.13s under halves", "join", "pause-host for 15s"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("seed 5836 without disk faults: got %q, want %q", got, want)
 	}
 }

@@ -25,7 +25,9 @@ const stalledHold = 15 * time.Second
 // refuse and keep its term; or the named node is cut off from every node
 // but the leader, so that it answers the leader but cannot win a lease
 // round. For a resign (with a 3 s --hold), the natural successor, the
-// running node of highest ID after the leader, is paused. Where the
+// running node of highest ID after the leader, is paused, or its disk is
+// full: it answers the leader, but cannot store the epoch of the term it
+// is handed, so it must not lead and must not exit. Where the
 // leader hands over, the others leave the election to the successor for
 // the transfer window only: another node must hold the lease within the
 // liveness budget (TTL plus the election bound) of the act, and keep its
@@ -44,6 +46,7 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 		{"transfer-kill", Step{Kind: FaultTransfer, Under: FaultKill, OnSuccessor: true, Hold: stalledHold}, "did not answer the leader", true},
 		{"transfer-cut", Step{Kind: FaultTransfer, Under: FaultCutSuccessor, OnSuccessor: true, Hold: stalledHold}, "did not take the term: this node sees", false},
 		{"resign-pause", Step{Kind: FaultResign, Under: FaultPause, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
+		{"resign-disk-full", Step{Kind: FaultResign, Under: FaultDiskFull, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bin := setUp(t, false)
@@ -113,19 +116,21 @@ func runEnd(run *check.Run) int64 {
 	return math.MaxInt64
 }
 
-// returnOf is the event that ends each kind of stall: a pause, a kill, or
-// the partition that cut the successor off.
-var returnOf = map[string]string{check.EventPause: check.EventResume, check.EventKill: check.EventStart, check.EventPartition: check.EventHeal}
+// returnOf is the event that ends each kind of stall: a pause, a kill,
+// the partition that cut the successor off, or its full disk.
+var returnOf = map[string]string{check.EventPause: check.EventResume, check.EventKill: check.EventStart,
+	check.EventPartition: check.EventHeal, check.EventDiskFull: check.EventDiskFreed}
 
-// stalledSuccessor is the node the harness paused, killed or cut off for
-// the act of h, and when it returned (resumed, restarted or the network
-// healed; the run's end if none came).
+// stalledSuccessor is the node the harness paused, killed, cut off or
+// filled the disk of for the act of h, and when it returned (resumed,
+// restarted, the network healed, its disk freed; the run's end if none
+// came).
 func stalledSuccessor(t *testing.T, run *check.Run, h check.HandOver) (name string, back int64) {
 	t.Helper()
 	var stall string // the kind of event that stalled it
 	for _, e := range run.Events {
 		switch {
-		case name == "" && e.T <= h.At && (e.Kind == check.EventPause || e.Kind == check.EventKill) && len(e.Nodes) == 1:
+		case name == "" && e.T <= h.At && (e.Kind == check.EventPause || e.Kind == check.EventKill || e.Kind == check.EventDiskFull) && len(e.Nodes) == 1:
 			name, stall = e.Nodes[0], e.Kind
 		case name == "" && e.T <= h.At && e.Kind == check.EventPartition && strings.HasPrefix(e.Detail, "cut-but: "):
 			name, stall = strings.Fields(strings.TrimPrefix(e.Detail, "cut-but: "))[0], e.Kind

@@ -127,7 +127,7 @@ func addVisualization(rep *Report, lin linearization, path string) {
 // countNames are the counts every report carries, 0 or not.
 var countNames = []string{"terms", "writes-ok", "writes-stale", "writes-unknown", "writes-unrecorded",
 	"reads", "reads-unknown", "kills", "pauses", "pause-hosts", "partitions", "heals", "starts", "wipes",
-	"stops", "operator-commands", "excused-writes", "grace-writes"}
+	"stops", "operator-commands", "excused-writes", "grace-writes", "disk-fulls"}
 
 // runCounts measures the run's terms, operations and faults.
 func runCounts(run *Run) map[string]int {
@@ -161,7 +161,7 @@ func runCounts(run *Run) map[string]int {
 func countFaults(c map[string]int, events []Event) {
 	perNode := map[string][]string{EventKill: {"kills"}, EventPause: {"pauses"},
 		EventPauseHost: {"pauses", "pause-hosts"}, EventStart: {"starts"}, EventWipe: {"wipes"},
-		EventStop: {"stops"}, EventOperator: {"operator-commands"}}
+		EventStop: {"stops"}, EventOperator: {"operator-commands"}, EventDiskFull: {"disk-fulls"}}
 	for _, e := range events {
 		for _, name := range perNode[e.Kind] {
 			c[name] += len(e.Nodes)

@@ -40,7 +40,7 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 	faulted := false
 	for _, e := range events {
 		switch e.Kind {
-		case EventPartition, EventKill, EventWipe, EventPause, EventPauseHost:
+		case EventPartition, EventKill, EventWipe, EventPause, EventPauseHost, EventDiskFull:
 			faulted = true
 		case EventHeal:
 			faulted = false

@@ -65,6 +65,8 @@ const (
 	EventHeal       = "heal"        // every fault undone, all agents running and connected
 	EventWipe       = "wipe"        // the nodes' data dirs wiped before a start
 	EventEnd        = "end"         // the run ends; liveness is not measured after it
+	EventDiskFull   = "disk-full"   // the nodes' data dirs full: their writes fail
+	EventDiskFreed  = "disk-freed"  // the same made writable again
 	// EventStop is a SIGTERM of the nodes' agents: a graceful leave, in
 	// which a leader hands its term over. Unlike a kill it cuts no
 	// interval: the agent must end its term in its journal before it
@@ -79,7 +81,8 @@ const (
 )
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
-	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused}
+	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused,
+	EventDiskFull, EventDiskFreed}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {
