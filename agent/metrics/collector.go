@@ -20,6 +20,7 @@ var (
 	descQuorumHave     = desc("quorum_have", "Grants in this node's last lease round.")
 	descQuorumNeed     = desc("quorum_need", "Grants a lease needs under this node's roster.")
 	descVoters         = desc("roster_voters", "Voters in the roster this node holds.")
+	descStorage        = desc("storage_failing", "1 while writes to this node's data dir fail (it does not lead until one succeeds), else 0.")
 	descMembers        = desc("members", "Members this node's gossip knows, by status and role.", "status", "role")
 	descLease          = desc("lease_events_total", "Lease rounds concluded by this node, by outcome (acquired, acquire_failed, renewed, renew_failed), renewals that got their majority from answers after their budget (renewed_late), leases that expired unrenewed (expired), and grants that came after their acquire round failed, released again (late_grant_released).", "event")
 	descElections      = desc("elections_started_total", "Times this node became a candidate.")
@@ -41,7 +42,7 @@ type collector struct{ src Source }
 // Describe sends the fixed descriptors.
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descState, descEpoch, descLeaderEpoch, descLeaseRemaining,
-		descQuorumHave, descQuorumNeed, descVoters, descMembers, descLease, descElections, descWon, descPeerMsgs,
+		descQuorumHave, descQuorumNeed, descVoters, descStorage, descMembers, descLease, descElections, descWon, descPeerMsgs,
 		descPeerBytes, descPeerConns, descSocketRefused, descGossip, descHooks, descHookSeconds, descRunStarted, descRunStopped} {
 		ch <- d
 	}
@@ -74,6 +75,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if r := st.Roster; r != nil {
 		gauge(descVoters, float64(len(r.Voters)))
 	}
+	gauge(descStorage, boolValue(st.Storage != ""))
 	c.members(gauge)
 	c.counters(counter)
 }
