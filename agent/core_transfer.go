@@ -20,7 +20,7 @@ import (
 // Errors of transfer.
 var (
 	errTransferUnknown    = errors.New("agent: transfer: no such live member")
-	errTransferIneligible = errors.New("agent: transfer: the member may not lead (it runs with --eligible=false, or is drained)")
+	errTransferIneligible = errors.New("agent: transfer: the member may not lead (it runs with --eligible=false, is drained, or cannot write its data dir)")
 	errTransferSilent     = errors.New("agent: transfer: the member cannot take the term now")
 )
 
@@ -109,7 +109,9 @@ func transferReplyFor(err error) *transferReply {
 // end; the agent passes its configured eligibility and-ed with not
 // drained). A leader made ineligible steps down through the deferred
 // release; cfg.Eligible follows, so that an ineligible node stops probing
-// its reach of the voters and an eligible one starts again.
+// its reach of the voters and an eligible one starts again. The election
+// counts the node eligible only while its data dir can be written
+// (core_storage.go).
 func (c *core) setEligible(now time.Time, eligible bool) {
 	c.cfg.Eligible = eligible
 	c.m.SetEligible(now, eligible && c.storage == nil)

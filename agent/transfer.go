@@ -154,6 +154,8 @@ func (a *Agent) checkSuccessor(name string) error {
 			return fmt.Errorf("%w: transfer: member %q is %s, not alive", rpc.ErrNotFound, name, m.Status)
 		case m.Tags[drainedTag] == "1":
 			return fmt.Errorf("%w: transfer: member %q is drained (tenure drain --off on it lifts that)", rpc.ErrInvalidArgument, name)
+		case m.Tags[storageTag] == "1":
+			return fmt.Errorf("%w: transfer: member %q cannot write its data dir and may not lead until it can (its tenure status says why)", rpc.ErrInvalidArgument, name)
 		case !m.Eligible:
 			return fmt.Errorf("%w: transfer: member %q runs with --eligible=false and may not lead", rpc.ErrInvalidArgument, name)
 		}
