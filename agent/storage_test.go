@@ -2,14 +2,13 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/tmpfs"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -26,19 +25,19 @@ func TestFullDataDirKeepsAgentServing(t *testing.T) {
 	}
 	c := newTestCluster(t)
 	c.expect = 3
-	full := filepath.Join(c.dir, "n2")
+	full := filepath.Join(c.dir, "n2") // n2's data dir, as c.config names it
 	if err := os.MkdirAll(full, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", full, "tmpfs", 0, "size=512k,mode=0700"); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v", full, err)
+	if err := tmpfs.Mount(full, "512k"); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, a := range c.agents {
 			a.Halt()
 		}
-		if err := syscall.Unmount(full, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", full, err)
+		if err := tmpfs.Unmount(full); err != nil {
+			t.Error(err)
 		}
 	})
 	for i := 1; i <= 3; i++ {
@@ -46,7 +45,9 @@ func TestFullDataDirKeepsAgentServing(t *testing.T) {
 	}
 	first := c.waitLeader("n3", 20*time.Second)
 	filler := filepath.Join(full, "filler")
-	fill(t, filler)
+	if err := tmpfs.Fill(filler); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := socketCall(c.agents["n3"], func(ctx context.Context, cl *rpc.Client) error { return cl.Resign(ctx) }); err != nil {
 		t.Fatal(err)
@@ -80,23 +81,4 @@ func TestFullDataDirKeepsAgentServing(t *testing.T) {
 		return nil
 	})
 	waitMember(t, c.agents["n1"], "n2", func(m rpc.Member) bool { return !m.StorageFailed && m.Eligible })
-}
-
-// fill writes path until the file system it is on has no space left.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", path, err)
-			}
-			return
-		}
-	}
 }

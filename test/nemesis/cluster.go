@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/netns"
+	"github.com/tenurehq/tenure/internal/tmpfs"
 	"github.com/tenurehq/tenure/test/nemesis/check"
 )
 
@@ -144,17 +145,17 @@ func (c *Cluster) addNode(expect int) (*Node, error) {
 	if err := os.MkdirAll(n.disk(), 0o700); err != nil {
 		return nil, fmt.Errorf("nemesis: %w", err)
 	}
-	if err := syscall.Mount("tmpfs", n.disk(), "tmpfs", 0, diskOptions); err != nil {
-		return nil, fmt.Errorf("nemesis: mount %s's disk (a tmpfs) on %s: %w", name, n.disk(), err)
+	if err := tmpfs.Mount(n.disk(), diskSize); err != nil {
+		return nil, fmt.Errorf("nemesis: %s's disk: %w", name, err)
 	}
 	n.mounted = true
 	c.nodes = append(c.nodes, n)
 	return n, nil
 }
 
-// diskOptions are the mount options of a node's disk: room for the data
-// dir (a few KiB, and the gossip snapshot) many times over.
-const diskOptions = "size=32m,mode=0700"
+// diskSize is the size of a node's disk: room for the data dir (a few
+// KiB, and the gossip snapshot) many times over.
+const diskSize = "32m"
 
 // FillDisk records that n's disk is full, then fills it: the agent's next
 // write to its data dir fails with ENOSPC.
@@ -162,20 +163,10 @@ func (c *Cluster) FillDisk(n *Node) error {
 	if _, err := c.events.Record(check.EventDiskFull, []string{n.Name}, n.disk()); err != nil {
 		return err
 	}
-	f, err := os.Create(n.filler())
-	if err != nil {
-		return fmt.Errorf("nemesis: fill %s's disk: %w", n.Name, err)
+	if err := tmpfs.Fill(n.filler()); err != nil {
+		return fmt.Errorf("nemesis: %s's disk: %w", n.Name, err)
 	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				return nil
-			}
-			return fmt.Errorf("nemesis: fill %s's disk: %w", n.Name, err)
-		}
-	}
+	return nil
 }
 
 // FreeDisk removes what FillDisk wrote, then records it.
@@ -196,8 +187,8 @@ func (c *Cluster) unmountDisks() error {
 		if !n.mounted {
 			continue
 		}
-		if err := syscall.Unmount(n.disk(), syscall.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("nemesis: unmount %s's disk: %w", n.Name, err))
+		if err := tmpfs.Unmount(n.disk()); err != nil {
+			errs = append(errs, fmt.Errorf("nemesis: %s's disk: %w", n.Name, err))
 			continue
 		}
 		n.mounted = false
