@@ -9,11 +9,12 @@
 // partitions made with iptables inside the hosts' namespaces (halves, an
 // isolated leader, a majorities ring, a bridge, one-way, UDP only, random
 // packet loss), kill -9 with and without the data dir, SIGSTOP of the
-// leader's agent or of its whole host, a restart of every agent, and a
+// leader's agent or of its whole host, a restart of every agent, a full
+// disk (each node's data dir is on a small tmpfs of its own), and a
 // sixth node with the highest ID joining part way; and, unless told not to,
 // what an operator does: a graceful stop, a drain, a transfer and a resign,
-// half of them under one of the network faults, a kill or a pause of
-// another node (for a transfer, often the named successor).
+// half of them under one of the network faults, a kill, a pause or a full
+// disk of another node (for a transfer, often the named successor).
 //
 // The package owns the cluster's processes, the faults and the record of
 // them (events.jsonl in the run directory: Events). It judges nothing
