@@ -78,8 +78,8 @@ scale:
 # agents in network namespaces, a fenced store and writers, partitions made
 # with iptables, kills, wipes, pauses and full disks from seeded random
 # schedules, and the independent checker (test/nemesis/check). Needs
-# root: it skips
-# otherwise. deps.sh installs iproute2 and iptables where missing. The
+# root: it skips otherwise. deps.sh installs iproute2 and iptables where
+# missing. The
 # short form, which make test and CI run: NEMESIS_SCHEDULES random
 # schedules (a random seed, printed; NEMESISFLAGS=-nemesis.seed=N replays
 # one) and the test that each deliberately broken build fails its check.
