@@ -91,7 +91,7 @@ func (a *Agent) setDrained(drained bool) error {
 	}
 	a.core.setEligible(a.cfg.Clock.Now(), a.mayLead())
 	a.flush()
-	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
+	a.publishTags()
 	return nil
 }
 

@@ -247,7 +247,13 @@ func (a *Agent) advertiseCluster() {
 	}
 	a.counts.add("set_tags")
 	a.advertised = r
-	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(r)})
+	a.publishTags()
+}
+
+// publishTags advertises this node's eligibility and extra tags as they
+// are now (gossipTags of the roster it advertises). It runs on the driver.
+func (a *Agent) publishTags() {
+	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
 }
 
 // gossipTags are this node's extra gossip tags: its --expect and --zone,
@@ -283,7 +289,7 @@ func (a *Agent) noteStorage() {
 		return
 	}
 	a.counts.add("set_tags")
-	a.tags.publish(tagSet{eligible: a.eligible(), extra: a.gossipTags(a.advertised)})
+	a.publishTags()
 }
 
 // RefusedPeers counts the peer connections refused since start because
