@@ -126,6 +126,35 @@ func TestResignHandsOverWithoutWaitingTTL(t *testing.T) {
 	t.Logf("hand-over took %v", took)
 }
 
+// TestResignOutrunsItsRelease: the resigning leader's releases reach the
+// voters after its RESIGN reaches the successor (each peer message has its
+// own connection, and a loaded host sends them in any order), so the
+// successor's first round is refused by voters still promising the old
+// term. It must retry as the releases land, not wait for the old lease to
+// run out.
+func TestResignOutrunsItsRelease(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	s.run(s.ttl / 2) // the watch of the next in line has seen a renewal
+	n := s.nodes[l]
+	s.slowIf = func(f flight) time.Duration {
+		if r := f.env.Lease; r != nil && r.Kind == leasing.Release && f.from == l {
+			return 150 * time.Millisecond
+		}
+		return 0
+	}
+	if err := n.c.resign(s.local(n, s.now)); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(l)
+	next, took := s.waitLeader(s.ttl)
+	if next == l || took > s.ttl/4 {
+		t.Fatalf("after resign: leader %s after %v, want another node well within a TTL (%v)\n%s", next, took, s.ttl, s.dump())
+	}
+	t.Logf("hand-over took %v", took)
+}
+
 // TestCrashWaitsForPromise: after a kill -9 the next lease starts only once
 // the old promises can have expired, with a higher epoch.
 func TestCrashWaitsForPromise(t *testing.T) {

@@ -52,6 +52,8 @@ type csim struct {
 
 	cutOff string            // the node finalPhase cut off from all peers but one
 	dropIf func(flight) bool // drops the messages a scenario picks
+	// slowIf adds its delay to the messages a scenario picks.
+	slowIf func(flight) time.Duration
 
 	// eagerRelease replays the old driver: a term's release leaves as soon
 	// as the core asks, before its tenure run child has stopped.
@@ -164,6 +166,11 @@ func newCsim(t testing.TB, seed uint64) *csim {
 // local is node n's clock at global time t: its own rate since gbase.
 func (s *csim) local(n *cnode, t time.Time) time.Time {
 	return n.lbase.Add(time.Duration(float64(t.Sub(n.gbase)) * n.rate))
+}
+
+// global is the global time at which node n's clock reads t.
+func (s *csim) global(n *cnode, t time.Time) time.Time {
+	return n.gbase.Add(time.Duration(float64(t.Sub(n.lbase)) / n.rate))
 }
 
 // driftRate is a clock rate such that any two differ by less than 1%.
@@ -378,6 +385,9 @@ func (s *csim) checkJointCommitted(n *cnode, from, to leasing.Roster) {
 // send queues f with a random delay, sometimes twice.
 func (s *csim) send(f flight) {
 	f.at = s.now.Add(s.delay())
+	if s.slowIf != nil {
+		f.at = f.at.Add(s.slowIf(f))
+	}
 	s.queue = append(s.queue, f)
 	if s.dup > 0 && s.rand.Float64() < s.dup {
 		f.at = s.now.Add(s.delay())

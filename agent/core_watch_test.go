@@ -237,7 +237,10 @@ func TestShortFreezeKeepsTheTerm(t *testing.T) {
 // release, so the lease watch leaves the succession to the resign. The
 // node must still lead as the promises end, within 300 ms (the crash
 // case's 200 ms and the election's jitter; 80-170 ms here), retrying
-// soon only twice for a release on its way. Before, a backoff built from
+// soon only twice for a release on its way: at most four epochs, the
+// refused take-over, its two retries and the round that wins. (Three held
+// while the watch's report of the old term's end wrongly put the second
+// retry off: TestResignOutrunsItsRelease.) Before, a backoff built from
 // those refusals came on top: 0.35-0.95 s past the promises, up to six
 // epochs burned by rounds every quarter second, and the fault harness's
 // no-release build saw h5 take its term back after its 4 s hold, 2 s
@@ -259,8 +262,8 @@ func TestResignWithLostReleaseSucceededAtPromiseEnd(t *testing.T) {
 				s.collect(l)
 				next, _ := s.waitLeader(ttl + 10*time.Second)
 				late, epochs := s.now.Sub(floor), s.nodes[next].led[len(s.nodes[next].led)-1]-old
-				if next == l || late > 300*time.Millisecond || epochs > 3 {
-					t.Fatalf("%s leads %v after the promises ended, %d epochs on; want another node within 300 ms, at most 3 epochs on (two refused rounds for the release on its way)\n%s",
+				if next == l || late > 300*time.Millisecond || epochs > 4 {
+					t.Fatalf("%s leads %v after the promises ended, %d epochs on; want another node within 300 ms, at most 4 epochs on (the take-over and two retries refused, for the release on its way)\n%s",
 						next, late, epochs, s.dump())
 				}
 				t.Logf("%s leads %v after the promises ended, %d epochs on", next, late, epochs)

@@ -357,6 +357,13 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 		m.deadline = time.Time{}
 		return
 	}
+	if m.taking(now) && now.Before(m.ho.retry) {
+		// A refused take-over retries soon, for the release on its way.
+		// The old term's end the driver reports (LeaseEnds) does not put
+		// it off: the voters' answers that give it predate the release.
+		m.deadline = m.ho.retry
+		return
+	}
 	base := now
 	if m.holdUntil.After(base) {
 		base = m.holdUntil

@@ -44,6 +44,9 @@ type handover struct {
 	// takeUntil: this node was named successor; until then it campaigns
 	// without ELECTION, and retries a refused lease round at once.
 	takeUntil time.Time
+	// retry is when a refused round of the take-over is retried
+	// (acquireFailed): a campaign scheduled meanwhile keeps it.
+	retry time.Time
 	// chosenEpoch is the epoch of the lease round of a handed-over term;
 	// chosen marks the term this node leads as one handed to it, which it
 	// does not let a higher node preempt.

@@ -296,6 +296,44 @@ func TestSuccessorRetriesRefusedRound(t *testing.T) {
 	}
 }
 
+// TestRefusedTakeOverIsNotPutOffByLeaseEnd: the successor's round was
+// refused by voters its RESIGN outran (the releases were still on their
+// way), and the driver's watch then reports the old term's end as those
+// voters last gave it. The retry stays soon: waiting for that end made a
+// resign wait out the old lease on a loaded host.
+func TestRefusedTakeOverIsNotPutOffByLeaseEnd(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	cfg := DefaultConfig()
+	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
+	m, err := New(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, n3 := Node{ID: 1, Name: "n1"}, Node{ID: 3, Name: "n3"}
+	m.SetMembers(t0, []Member{{Node: n1, Eligible: true}, cfg.Self, {Node: n3, Eligible: true}})
+	m.Step(t0, Message{Type: MsgCoordinator, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4})
+	m.Ready()
+	m.Step(t0, Message{Type: MsgResign, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4, Hold: true,
+		Successor: cfg.Self.Node, Natural: true})
+	if rd := m.Ready(); rd.Acquire != 5 {
+		t.Fatalf("natural successor: acquire %d, want 5", rd.Acquire)
+	}
+	end := t0.Add(cfg.RetryDelay * 4)
+	m.AcquireFailed(t0, 5, 5, end.Sub(t0))
+	if l, term, ok := m.NextInLine(t0); !ok || l != n3 || term != 4 {
+		t.Fatalf("next in line: %v %d %v, want n3's term 4", l, term, ok)
+	}
+	m.LeaseEnds(t0, n3, 4, end)
+	retry := t0.Add(cfg.ElectionTimeout/2 + cfg.Jitter)
+	if d := m.Deadline(); d.IsZero() || d.After(retry) {
+		t.Fatalf("retry due at %v, want by %v (the old term ends at %v)", d.Sub(t0), retry.Sub(t0), end.Sub(t0))
+	}
+	m.Tick(retry)
+	if rd := m.Ready(); rd.Acquire != 6 || len(rd.Messages) != 0 {
+		t.Fatalf("retry: acquire %d, messages %v; want acquire 6 at once", rd.Acquire, brief(rd.Messages))
+	}
+}
+
 // TestDrainedLeaderStepsDownAndStaysOut: a leader made ineligible steps
 // down and releases its lease; it neither campaigns nor claims while
 // ineligible, however long; made eligible again it preempts as usual.

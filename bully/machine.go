@@ -501,7 +501,8 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 		if wait > 0 && wait < d {
 			d = wait
 		}
-		m.deadline = now.Add(d)
+		m.ho.retry = now.Add(d)
+		m.deadline = m.ho.retry
 	default:
 		m.deadline = m.retryAt
 	}
