@@ -357,10 +357,11 @@ func (m *Machine) scheduleCampaign(now time.Time) {
 		m.deadline = time.Time{}
 		return
 	}
-	if m.taking(now) && now.Before(m.ho.retry) {
+	if m.taking(now) && !m.ho.retry.IsZero() {
 		// A refused take-over retries soon, for the release on its way.
 		// The old term's end the driver reports (LeaseEnds) does not put
 		// it off: the voters' answers that give it predate the release.
+		// A retry already due fires at the next tick.
 		m.deadline = m.ho.retry
 		return
 	}

@@ -45,7 +45,8 @@ type handover struct {
 	// without ELECTION, and retries a refused lease round at once.
 	takeUntil time.Time
 	// retry is when a refused round of the take-over is retried
-	// (acquireFailed): a campaign scheduled meanwhile keeps it.
+	// (acquireFailed), zero once it has been: a campaign scheduled
+	// meanwhile keeps it.
 	retry time.Time
 	// chosenEpoch is the epoch of the lease round of a handed-over term;
 	// chosen marks the term this node leads as one handed to it, which it
@@ -66,18 +67,18 @@ type handover struct {
 // resigned node took the term back, and tenure run work moved again.
 func (h *handover) yield() {
 	h.yielded = true
-	h.takeUntil, h.chosenEpoch = time.Time{}, 0
+	h.takeUntil, h.chosenEpoch, h.retry = time.Time{}, 0, time.Time{}
 }
 
 // follows records that this node adopted a leader.
 func (h *handover) follows() {
-	h.to, h.until, h.takeUntil = Node{}, time.Time{}, time.Time{}
+	h.to, h.until, h.takeUntil, h.retry = Node{}, time.Time{}, time.Time{}, time.Time{}
 }
 
 // leads records that this node leads term epoch.
 func (h *handover) leads(epoch uint64) {
 	h.chosen = epoch == h.chosenEpoch
-	h.chosenEpoch, h.takeUntil = 0, time.Time{}
+	h.chosenEpoch, h.takeUntil, h.retry = 0, time.Time{}, time.Time{}
 	h.yielded = false
 }
 
@@ -125,7 +126,7 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 		}
 		return
 	}
-	m.ho.takeUntil, m.ho.chosenEpoch = time.Time{}, 0
+	m.ho.takeUntil, m.ho.chosenEpoch, m.ho.retry = time.Time{}, 0, time.Time{}
 	switch {
 	case m.state == StateLeader:
 		s := m.naturalSuccessor(now)
@@ -237,7 +238,7 @@ func (m *Machine) takeOver(now time.Time) {
 	if !m.cfg.Self.Eligible || m.cutOff || m.state == StateLeader {
 		return
 	}
-	m.holdUntil = time.Time{}
+	m.holdUntil, m.ho.retry = time.Time{}, time.Time{}
 	if m.state != StateAcquiring {
 		m.win()
 	}
