@@ -1,6 +1,7 @@
 package bully
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -268,17 +269,7 @@ func TestStaleTransferIsIgnored(t *testing.T) {
 // transfer window rather than after the refusing promises run out, and the
 // term it wins is announced as chosen.
 func TestSuccessorRetriesRefusedRound(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}
-	m, err := New(cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n2, n3 := Node{ID: 2, Name: "n2"}, Node{ID: 3, Name: "n3"}
-	m.SetMembers(t0, []Member{cfg.Self, {Node: n2, Eligible: true}, {Node: n3, Eligible: true}})
-	m.Step(t0, Message{Type: MsgCoordinator, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4})
-	m.Ready()
+	m, cfg, t0, n3 := followingN3(t, 1)
 	m.Step(t0, Message{Type: MsgResign, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4, Hold: true, Successor: cfg.Self.Node})
 	rd := m.Ready()
 	if rd.Acquire != 5 || len(rd.Messages) != 0 {
@@ -303,17 +294,7 @@ func TestSuccessorRetriesRefusedRound(t *testing.T) {
 // driver runs its watch before the timers). The retry stays soon: waiting
 // for that end made a resign wait out the old lease on a loaded host.
 func TestRefusedTakeOverIsNotPutOffByLeaseEnd(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	cfg := DefaultConfig()
-	cfg.Self = Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
-	m, err := New(cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n1, n3 := Node{ID: 1, Name: "n1"}, Node{ID: 3, Name: "n3"}
-	m.SetMembers(t0, []Member{{Node: n1, Eligible: true}, cfg.Self, {Node: n3, Eligible: true}})
-	m.Step(t0, Message{Type: MsgCoordinator, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4})
-	m.Ready()
+	m, cfg, t0, n3 := followingN3(t, 2)
 	m.Step(t0, Message{Type: MsgResign, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4, Hold: true,
 		Successor: cfg.Self.Node, Natural: true})
 	if rd := m.Ready(); rd.Acquire != 5 {
@@ -335,6 +316,22 @@ func TestRefusedTakeOverIsNotPutOffByLeaseEnd(t *testing.T) {
 	if rd := m.Ready(); rd.Acquire != 6 || len(rd.Messages) != 0 {
 		t.Fatalf("retry: acquire %d, messages %v; want acquire 6 at once", rd.Acquire, brief(rd.Messages))
 	}
+}
+
+// followingN3 is node id's machine among n1, n2 and n3, all eligible and
+// live, following n3's term 4.
+func followingN3(t *testing.T, id uint64) (*Machine, Config, time.Time, Node) {
+	t.Helper()
+	m, cfg, t0 := newMachine(t, id, fmt.Sprintf("n%d", id))
+	members := []Member{}
+	for i := uint64(1); i <= 3; i++ {
+		members = append(members, Member{Node: Node{ID: i, Name: fmt.Sprintf("n%d", i)}, Eligible: true})
+	}
+	n3 := members[2].Node
+	m.SetMembers(t0, members)
+	m.Step(t0, Message{Type: MsgCoordinator, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4})
+	m.Ready()
+	return m, cfg, t0, n3
 }
 
 // TestDrainedLeaderStepsDownAndStaysOut: a leader made ineligible steps
