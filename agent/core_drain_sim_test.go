@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/tenurehq/tenure/leasing"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
 )
 
 // Drains, transfers and resigns with a hold in the simulation: the random
