@@ -235,10 +235,11 @@ func (m *Machine) taking(now time.Time) bool { return now.Before(m.ho.takeUntil)
 // does nothing: the others start the normal election when their transfer
 // window ends.
 func (m *Machine) takeOver(now time.Time) {
+	m.ho.retry = time.Time{} // due or not, it is this attempt
 	if !m.cfg.Self.Eligible || m.cutOff || m.state == StateLeader {
 		return
 	}
-	m.holdUntil, m.ho.retry = time.Time{}, time.Time{}
+	m.holdUntil = time.Time{}
 	if m.state != StateAcquiring {
 		m.win()
 	}

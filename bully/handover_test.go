@@ -318,6 +318,27 @@ func TestRefusedTakeOverIsNotPutOffByLeaseEnd(t *testing.T) {
 	}
 }
 
+// TestTakeOverRetryCutOffDoesNotSpin: a refused take-over's retry falls
+// due while the node is cut off from the voters, so it cannot take over.
+// The retry is spent: the timer must not stay in the past (the driver would
+// wake at once, again and again, for the rest of the transfer window).
+func TestTakeOverRetryCutOffDoesNotSpin(t *testing.T) {
+	m, cfg, t0, n3 := followingN3(t, 2)
+	m.Step(t0, Message{Type: MsgResign, From: n3, To: cfg.Self.Node, Epoch: 4, Leader: n3, Term: 4, Hold: true,
+		Successor: cfg.Self.Node, Natural: true})
+	m.Ready()
+	m.AcquireFailed(t0, 5, 5, 4*cfg.RetryDelay)
+	m.SetReach(true, false)
+	due := m.Deadline()
+	m.Tick(due)
+	if rd := m.Ready(); rd.Acquire != 0 {
+		t.Fatalf("cut off: acquire %d, want none", rd.Acquire)
+	}
+	if d := m.Deadline(); !d.IsZero() && !d.After(due) {
+		t.Fatalf("after the spent retry the timer is due at %v, not after %v", d.Sub(t0), due.Sub(t0))
+	}
+}
+
 // followingN3 is node id's machine among n1, n2 and n3, all eligible and
 // live, following n3's term 4.
 func followingN3(t *testing.T, id uint64) (*Machine, Config, time.Time, Node) {
