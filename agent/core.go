@@ -64,6 +64,7 @@ type core struct {
 		roster   leasing.Roster // the roster of the last won round
 	}
 	stopping *pendingStop  // a term ended whose release waits for local work to stop
+	relay    relayed       // a resigned leader's release, relayed with acquires
 	change   *rosterChange // roster step in flight (leader)
 	// committedJoint is the joint roster this leader saw stored on a
 	// majority of both its sets: only then may it propose the final one.
@@ -303,6 +304,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	var reply *envelope
 	switch {
 	case env.Bully != nil:
+		c.receiveRelease(now, *env.Bully, env.Released)
 		if r := c.m.Step(now, *env.Bully); r != nil {
 			reply = &envelope{Bully: r}
 		}

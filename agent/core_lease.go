@@ -41,6 +41,9 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 	}
 	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, budget)
 	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
+	if kind == leasing.Acquire {
+		req.Relayed = c.relayFor(now, epoch)
+	}
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
 			c.round.Add(c.vote(now, req))
@@ -327,10 +330,13 @@ func (c *core) stopped(now time.Time, epoch uint64) {
 		return
 	}
 	c.stopping = nil
-	c.sendRelease(now, epoch, p.roster)
 	c.out = append(c.out, p.held...)
+	c.sendRelease(now, epoch, p.roster)
 }
 
+// sendRelease sends this node's release of epoch to the voters of r, and
+// with every RESIGN of that term queued, for the successor to relay
+// (relayed).
 func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
 	if broken.Is(broken.NoRelease) {
 		return
@@ -343,6 +349,52 @@ func (c *core) sendRelease(now time.Time, epoch uint64, r leasing.Roster) {
 		}
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
 	}
+	rel := &leasing.Released{Holder: toLeasing(c.cfg.Self), Epoch: epoch}
+	for i, m := range c.out {
+		if b := m.env.Bully; b != nil && b.Type == bully.MsgResign && b.Term == epoch {
+			c.out[i].env.Released = rel
+		}
+	}
+}
+
+// relayed is the release of a resigned leader's term, received with its
+// RESIGN, that this node relays with its acquire requests
+// (leasing.Request.Relayed) until the promises it frees have run out
+// anyway. A resigning leader sends its release to the voters and its
+// RESIGN to the others at the same instant, each over its own connection;
+// on a loaded host the RESIGN reached the successor and the successor's
+// acquire reached the voters before the release did, and the voters,
+// still promising the old leader, refused it: the hand-over then took a
+// retry and an epoch more. Relayed, the release reaches each voter with
+// the acquire itself.
+type relayed struct {
+	rel   leasing.Released
+	until time.Time
+}
+
+// receiveRelease takes note of the release a RESIGN carries from the leader of the
+// term it ends: this node applies it to its own vote at once, as the
+// release sent to it would be, and relays it (relayFor).
+func (c *core) receiveRelease(now time.Time, m bully.Message, rel *leasing.Released) {
+	if rel == nil || m.Type != bully.MsgResign || rel.Holder != toLeasing(m.From) || rel.Epoch != m.Term {
+		return
+	}
+	if c.grants != nil {
+		c.vote(now, rel.Request())
+	}
+	if rel.Epoch >= c.relay.rel.Epoch {
+		c.relay = relayed{rel: *rel, until: now.Add(c.cfg.Lease.TTL)}
+	}
+}
+
+// relayFor is the release an acquire of epoch relays: the last one handed
+// to this node with a RESIGN, for an earlier term, while its promises may
+// still run.
+func (c *core) relayFor(now time.Time, epoch uint64) *leasing.Released {
+	if r := c.relay; r.rel.Valid() && r.rel.Epoch < epoch && now.Before(r.until) {
+		return &r.rel
+	}
+	return nil
 }
 
 // releaseRequest is this node's release of epoch, under roster r.

@@ -128,22 +128,19 @@ func TestResignHandsOverWithoutWaitingTTL(t *testing.T) {
 
 // TestResignOutrunsItsRelease: the resigning leader's releases reach the
 // voters after its RESIGN reaches the successor (each peer message has its
-// own connection, and a loaded host sends them in any order), so the
-// successor's first round is refused by voters still promising the old
-// term. It must retry as the releases land, not wait for the old lease to
-// run out.
+// own connection, and a loaded host sends them in any order), and the
+// RESIGN carries no release to relay (a leader of the version before), so
+// the successor's first round is refused by voters still promising the
+// old term. It must retry as the releases land, not wait for the old lease
+// to run out.
 func TestResignOutrunsItsRelease(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
 	s.addNodes(5)
 	l, _ := s.waitLeader(10 * time.Second)
 	s.run(s.ttl / 2) // the watch of the next in line has seen a renewal
 	n := s.nodes[l]
-	s.slowIf = func(f flight) time.Duration {
-		if r := f.env.Lease; r != nil && r.Kind == leasing.Release && f.from == l {
-			return 150 * time.Millisecond
-		}
-		return 0
-	}
+	s.slowIf = slowReleases(l, 150*time.Millisecond)
+	s.alter = unrelayed(l)
 	if err := n.c.resign(s.local(n, s.now)); err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +150,105 @@ func TestResignOutrunsItsRelease(t *testing.T) {
 		t.Fatalf("after resign: leader %s after %v, want another node well within a TTL (%v)\n%s", next, took, s.ttl, s.dump())
 	}
 	t.Logf("hand-over took %v", took)
+}
+
+// TestRelayedReleaseWinsTheFirstRound: as in TestResignOutrunsItsRelease
+// the resigning leader's host is loaded, and all its messages but the
+// RESIGN to its successor reach the others well after that one (its
+// releases, and the RESIGNs that carry a copy), but the successor relays
+// the release its RESIGN carried: its first round wins, at the next
+// epoch, before anything else of the leader's lands. Without the relay it
+// took a retry and an epoch more (or, before the retry stood, the rest of
+// the old lease).
+func TestRelayedReleaseWinsTheFirstRound(t *testing.T) {
+	for i := range 8 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s, l := settledFive(t, 2*time.Second)
+			n := s.nodes[l]
+			old := n.led[len(n.led)-1]
+			lag := 300 * time.Millisecond
+			succ := n.c.naturalSuccessor(s.local(n, s.now)).Name
+			s.slowIf = func(f flight) time.Duration {
+				if f.from == l && f.to != succ && !f.reply {
+					return lag
+				}
+				return 0
+			}
+			var sent time.Time // the RESIGN leaves once the term's tenure run child has stopped
+			s.alter = func(f *flight) {
+				if b := f.env.Bully; f.from == l && b != nil && b.Type == bully.MsgResign && sent.IsZero() {
+					sent = s.now
+				}
+			}
+			if err := n.c.resign(s.local(n, s.now)); err != nil {
+				t.Fatal(err)
+			}
+			s.collect(l)
+			next, _ := s.waitLeader(s.ttl)
+			term := s.nodes[next].led[len(s.nodes[next].led)-1]
+			if next != succ || sent.IsZero() || s.now.Sub(sent) >= lag || term != old+1 {
+				t.Fatalf("after resign of term %d: %s leads term %d %v after the RESIGN left, want %s at term %d before the rest of %s's messages land (%v)\n%s",
+					old, next, term, s.now.Sub(sent), succ, old+1, l, lag, s.dump())
+			}
+			t.Logf("%s led %v after the RESIGN left", next, s.now.Sub(sent))
+		})
+	}
+}
+
+// TestResignCarriesItsRelease: a voter that gets a RESIGN carrying the
+// release of the term it ends lets the promise go at once, as on the
+// release itself, and relays it with its own acquires; a release on a
+// RESIGN that names another holder or another term is ignored.
+func TestResignCarriesItsRelease(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	s.run(s.ttl / 2)
+	ln := s.nodes[l]
+	lnode := bully.Node{ID: ln.id, Name: l}
+	epoch := ln.c.lease.epoch
+	var v *cnode
+	for _, name := range s.order {
+		if name != l {
+			v = s.nodes[name]
+			break
+		}
+	}
+	now := s.local(v, s.now)
+	if !v.c.grants.HoldsPromiseFor(now, toLeasing(lnode)) {
+		t.Fatalf("voter %s holds no promise to %s", v.name, l)
+	}
+	resign := bully.Message{Type: bully.MsgResign, From: lnode, To: bully.Node{ID: v.id, Name: v.name}, Leader: lnode, Term: epoch}
+	for _, bad := range []leasing.Released{
+		{Holder: toLeasing(bully.Node{ID: v.id, Name: v.name}), Epoch: epoch},
+		{Holder: toLeasing(lnode), Epoch: epoch - 1},
+	} {
+		v.c.receive(now, envelope{Bully: &resign, Released: &bad})
+		if !v.c.grants.HoldsPromiseFor(now, toLeasing(lnode)) || v.c.relayFor(now, epoch+1) != nil {
+			t.Fatalf("a RESIGN of %s's term %d carrying %+v freed the promise or was kept to relay", l, epoch, bad)
+		}
+	}
+	good := leasing.Released{Holder: toLeasing(lnode), Epoch: epoch}
+	v.c.receive(now, envelope{Bully: &resign, Released: &good})
+	if v.c.grants.HoldsPromiseFor(now, toLeasing(lnode)) {
+		t.Fatalf("a RESIGN carrying %s's release of term %d left the promise standing", l, epoch)
+	}
+	if r := v.c.relayFor(now, epoch+1); r == nil || *r != good {
+		t.Fatalf("relays %+v with an acquire of term %d, want %+v", r, epoch+1, good)
+	}
+	if r := v.c.relayFor(now.Add(s.ttl), epoch+1); r != nil {
+		t.Fatalf("still relays %+v a TTL later", r)
+	}
+}
+
+// slowReleases is a slowIf that delays from's releases by lag.
+func slowReleases(from string, lag time.Duration) func(flight) time.Duration {
+	return func(f flight) time.Duration {
+		if r := f.env.Lease; r != nil && r.Kind == leasing.Release && f.from == from && !f.reply {
+			return lag
+		}
+		return 0
+	}
 }
 
 // TestCrashWaitsForPromise: after a kill -9 the next lease starts only once

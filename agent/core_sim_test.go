@@ -54,6 +54,8 @@ type csim struct {
 	dropIf func(flight) bool // drops the messages a scenario picks
 	// slowIf adds its delay to the messages a scenario picks.
 	slowIf func(flight) time.Duration
+	// alter changes a message as it is sent (unrelayed strips releases).
+	alter func(*flight)
 
 	// eagerRelease replays the old driver: a term's release leaves as soon
 	// as the core asks, before its tenure run child has stopped.
@@ -79,6 +81,8 @@ type cnode struct {
 	// it, not against the node's own idea of its startup hold.
 	promise struct {
 		holder string
+		node   leasing.Node // the holder
+		epoch  uint64
 		until  time.Time
 		life   int // the boot in which it was given
 	}
@@ -384,6 +388,9 @@ func (s *csim) checkJointCommitted(n *cnode, from, to leasing.Roster) {
 
 // send queues f with a random delay, sometimes twice.
 func (s *csim) send(f flight) {
+	if s.alter != nil {
+		s.alter(&f)
+	}
 	f.at = s.now.Add(s.delay())
 	if s.slowIf != nil {
 		f.at = f.at.Add(s.slowIf(f))
@@ -392,6 +399,17 @@ func (s *csim) send(f flight) {
 	if s.dup > 0 && s.rand.Float64() < s.dup {
 		f.at = s.now.Add(s.delay())
 		s.queue = append(s.queue, f)
+	}
+}
+
+// unrelayed is an alter that takes the release off from's RESIGNs, as a
+// peer of the version before relayed releases sent them: its successor
+// can only campaign against voters its release has not reached yet.
+func unrelayed(from string) func(*flight) {
+	return func(f *flight) {
+		if b := f.env.Bully; f.from == from && b != nil && b.Type == bully.MsgResign {
+			f.env.Released = nil
+		}
 	}
 }
 
@@ -413,12 +431,17 @@ func (s *csim) notePromise(n *cnode) {
 	}
 	now := s.local(n, s.now)
 	h, until, ok := n.c.grants.Promise(now)
+	// A release and a new promise in one step: an acquire relaying its
+	// predecessor's release (leasing.Request.Relayed).
+	released := n.promise.life == n.boots && n.promise.epoch > 0 &&
+		n.c.grants.LastRelease(n.promise.node) >= n.promise.epoch
 	switch {
-	case ok && h.Name != n.promise.holder && n.promise.holder != "" && now.Before(n.promise.until):
+	case ok && h.Name != n.promise.holder && n.promise.holder != "" && now.Before(n.promise.until) && !released:
 		s.t.Fatalf("voter %s promised %s while its promise to %s (given %d boots ago) runs for %v more\n%s",
 			n.name, h.Name, n.promise.holder, n.boots-n.promise.life, n.promise.until.Sub(now), s.dump())
 	case ok:
-		n.promise.holder, n.promise.until, n.promise.life = h.Name, until, n.boots
+		n.promise.holder, n.promise.node, n.promise.until, n.promise.life = h.Name, h, until, n.boots
+		n.promise.epoch = n.c.grants.Standing(now).Epoch
 	case n.promise.life == n.boots:
 		// Released by its holder in this life of the voter: gone. A
 		// promise forgotten by a restart or a lost disk is not.

@@ -253,6 +253,7 @@ func TestResignWithLostReleaseSucceededAtPromiseEnd(t *testing.T) {
 				s.dropIf = func(f flight) bool {
 					return f.from == l && f.env.Lease != nil && f.env.Lease.Kind == leasing.Release
 				}
+				s.alter = unrelayed(l) // its copy on the RESIGN is lost too
 				n := s.nodes[l]
 				old := n.led[len(n.led)-1]
 				floor := s.promiseFloor(l)

@@ -13,12 +13,18 @@ import (
 const peerVersion = 1
 
 // envelope is what travels on the peer transport, in both directions. Exactly
-// one field is set: a request, or the reply to one.
+// one field is set: a request, or the reply to one; only a RESIGN may carry
+// its sender's release along (Released).
 type envelope struct {
-	Version    uint8            `msgpack:"v"`
-	Bully      *bully.Message   `msgpack:"bully,omitempty"`
-	Lease      *leasing.Request `msgpack:"lease,omitempty"`
-	LeaseReply *leasing.Reply   `msgpack:"lease_reply,omitempty"`
+	Version uint8          `msgpack:"v"`
+	Bully   *bully.Message `msgpack:"bully,omitempty"`
+	// Released, on a RESIGN, is the sender's release of the term it
+	// resigns, sent once the term's local work has stopped, as its release
+	// to the voters is (core.sendRelease): the receiver applies it to its
+	// own vote and relays it with its acquires (core.relayFor).
+	Released   *leasing.Released `msgpack:"released,omitempty"`
+	Lease      *leasing.Request  `msgpack:"lease,omitempty"`
+	LeaseReply *leasing.Reply    `msgpack:"lease_reply,omitempty"`
 	// RosterFetch asks for the receiver's roster; Roster carries one, and
 	// Follows the leader the sender follows, if it knows one.
 	RosterFetch bool            `msgpack:"roster_fetch,omitempty"`
@@ -122,8 +128,12 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	if f := env.Follows; f != nil && (f.Leader.Name == "" || f.Term == 0) {
 		return env, fmt.Errorf("agent: malformed relayed leader %+v", *f)
 	}
-	if r := env.Lease; r != nil && (r.Kind < leasing.Acquire || r.Kind > leasing.Release || r.Candidate.Name == "") {
+	if r := env.Lease; r != nil && (r.Kind < leasing.Acquire || r.Kind > leasing.Release || r.Candidate.Name == "" ||
+		r.Relayed != nil && (r.Kind != leasing.Acquire || !r.Relayed.Valid())) {
 		return env, fmt.Errorf("agent: malformed lease request %+v", *r)
+	}
+	if r := env.Released; r != nil && (!r.Valid() || env.Bully == nil || env.Bully.Type != bully.MsgResign) {
+		return env, fmt.Errorf("agent: malformed release %+v", *r)
 	}
 	if r := env.Named; r != nil && (r.Op < named.OpAcquire || r.Op > named.OpRelease || r.Holder.Node.Name == "") {
 		return env, fmt.Errorf("agent: malformed named-lease request %+v", *r)

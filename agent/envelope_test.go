@@ -26,6 +26,10 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			Term: 4, Hold: true, HoldFor: 1 << 40, Successor: bully.Node{ID: 3, Name: "c"}}},
 		{Bully: &bully.Message{Type: bully.MsgCoordinator, From: bully.Node{ID: 3, Name: "c"}, To: bully.Node{ID: 2, Name: "b"},
 			Leader: bully.Node{ID: 3, Name: "c"}, Term: 5, Chosen: true}},
+		{Bully: &bully.Message{Type: bully.MsgResign, From: bully.Node{ID: 1, Name: "a"}, To: bully.Node{ID: 2, Name: "b"}, Term: 4},
+			Released: &leasing.Released{Holder: leasing.Node{ID: 1, Name: "a"}, Epoch: 4}},
+		{Lease: &leasing.Request{Kind: leasing.Acquire, Candidate: leasing.Node{ID: 2, Name: "b"}, Epoch: 5,
+			Relayed: &leasing.Released{Holder: leasing.Node{ID: 1, Name: "a"}, Epoch: 4}}},
 	} {
 		b, err := encodeEnvelope(env)
 		if err != nil {
@@ -41,8 +45,12 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if m := env.Bully; m != nil && (m.From.Name == "" || m.Type < bully.MsgElection || m.Type > bully.MsgInfo) {
 			t.Fatalf("accepted a malformed election message %+v", *m)
 		}
-		if r := env.Lease; r != nil && (r.Candidate.Name == "" || r.Kind < leasing.Acquire || r.Kind > leasing.Release) {
+		if r := env.Lease; r != nil && (r.Candidate.Name == "" || r.Kind < leasing.Acquire || r.Kind > leasing.Release ||
+			r.Relayed != nil && (r.Kind != leasing.Acquire || r.Relayed.Holder.Name == "" || r.Relayed.Epoch == 0)) {
 			t.Fatalf("accepted a malformed lease request %+v", *r)
+		}
+		if r := env.Released; r != nil && (r.Holder.Name == "" || r.Epoch == 0 || env.Bully == nil || env.Bully.Type != bully.MsgResign) {
+			t.Fatalf("accepted a malformed release %+v", *r)
 		}
 		if f := env.Follows; f != nil && (f.Leader.Name == "" || f.Term == 0) {
 			t.Fatalf("accepted a malformed relayed leader %+v", *f)
@@ -71,6 +79,49 @@ func TestHandoverFieldsRoundTrip(t *testing.T) {
 		plain := !m.Hold && !m.Chosen && m.Successor.IsZero()
 		if has := bytes.Contains(b, []byte("successor")) || bytes.Contains(b, []byte("chosen")) || bytes.Contains(b, []byte("hold")); plain && has {
 			t.Fatalf("a plain %v encodes hand-over keys: %q", m, b)
+		}
+	}
+}
+
+// TestReleasesTravelOnlyWhereTheyBelong: a release rides on a RESIGN and is
+// relayed on an acquire, and survives the peer encoding there; one on any
+// other message, or naming no holder or term, is refused as malformed.
+func TestReleasesTravelOnlyWhereTheyBelong(t *testing.T) {
+	a, b := bully.Node{ID: 1, Name: "a"}, bully.Node{ID: 2, Name: "b"}
+	rel := &leasing.Released{Holder: toLeasing(a), Epoch: 4}
+	resign := &bully.Message{Type: bully.MsgResign, From: a, To: b, Term: 4}
+	acquire := func(k leasing.Kind, r *leasing.Released) *leasing.Request {
+		return &leasing.Request{Kind: k, Candidate: toLeasing(b), Epoch: 5, Relayed: r}
+	}
+	for _, env := range []envelope{{Bully: resign, Released: rel}, {Lease: acquire(leasing.Acquire, rel)}} {
+		b, err := encodeEnvelope(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeEnvelope(b)
+		switch {
+		case err != nil:
+			t.Fatalf("%+v: %v", env, err)
+		case got.Released != nil && *got.Released != *rel, got.Lease != nil && *got.Lease.Relayed != *rel,
+			got.Released == nil && got.Lease == nil:
+			t.Fatalf("%+v came back as %+v", env, got)
+		}
+	}
+	for _, env := range []envelope{
+		{Bully: &bully.Message{Type: bully.MsgCoordinator, From: a, To: b, Leader: a, Term: 4}, Released: rel},
+		{Released: rel},
+		{Bully: resign, Released: &leasing.Released{Holder: toLeasing(a)}},
+		{Bully: resign, Released: &leasing.Released{Epoch: 4}},
+		{Lease: acquire(leasing.Renew, rel)},
+		{Lease: acquire(leasing.Release, rel)},
+		{Lease: acquire(leasing.Acquire, &leasing.Released{Epoch: 4})},
+	} {
+		b, err := encodeEnvelope(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeEnvelope(b); err == nil {
+			t.Errorf("accepted %+v", env)
 		}
 	}
 }

@@ -422,3 +422,45 @@ func TestOtherReleasesKeepResignedLeadersRelease(t *testing.T) {
 		t.Errorf("standing reports the release of %v epoch %d, want x's of epoch 5", st.Released, st.ReleasedEpoch)
 	}
 }
+
+// TestRelayedReleaseFreesThePromise: a successor's acquire that relays the
+// resigned holder's release is granted at once, although the holder's own
+// release has not reached the voter; the holder's overtaken renewal is
+// then refused, as after its own release. A relayed release that names
+// another term or holder, or rides on a renewal, frees nothing.
+func TestRelayedReleaseFreesThePromise(t *testing.T) {
+	x, s, v := Node{1, "x"}, Node{2, "s"}, Node{3, "v"}
+	r := Bootstrap([]Node{x, s, v})
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	req := func(k Kind, c Node, e uint64, rel *Released) Request {
+		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version, Relayed: rel}
+	}
+	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
+	steps := []struct {
+		req    Request
+		grant  bool
+		reason Reason
+	}{
+		{req(Acquire, x, 5, nil), true, ""},
+		{req(Acquire, s, 6, &Released{Holder: x, Epoch: 4}), false, ReasonPromised}, // another term
+		{req(Acquire, s, 6, &Released{Holder: s, Epoch: 5}), false, ReasonPromised}, // another holder
+		{req(Acquire, s, 6, &Released{Holder: Node{}, Epoch: 5}), false, ReasonPromised},
+		{req(Renew, s, 5, &Released{Holder: x, Epoch: 5}), false, ReasonPromised}, // only an acquire relays
+		{req(Renew, x, 5, nil), true, ""},                                         // x still holds its promise
+		{req(Acquire, s, 6, &Released{Holder: x, Epoch: 5}), true, ""},
+		{req(Renew, x, 5, nil), false, ReasonPromised}, // promised to s now
+		{req(Release, s, 6, nil), true, ""},
+		{req(Renew, x, 5, nil), false, ReasonStaleEpoch}, // overtaken by x's release
+	}
+	for i, st := range steps {
+		rep := vt.Handle(t0.Add(time.Duration(i)), st.req, r)
+		if rep.Granted != st.grant || rep.Reason != st.reason {
+			t.Fatalf("step %d %v %s epoch %d relaying %+v: granted=%v reason=%q, want %v %q",
+				i, st.req.Kind, st.req.Candidate.Name, st.req.Epoch, st.req.Relayed, rep.Granted, rep.Reason, st.grant, st.reason)
+		}
+	}
+	if st := vt.Standing(t0.Add(time.Second / 2)); st.Released != s || st.ReleasedEpoch != 6 {
+		t.Errorf("standing reports the release of %v epoch %d, want s's of epoch 6", st.Released, st.ReleasedEpoch)
+	}
+}

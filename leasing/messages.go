@@ -40,6 +40,32 @@ type Request struct {
 	ClusterID     string `msgpack:"cluster"`
 	RosterVersion uint64 `msgpack:"roster_version"`
 	RosterEpoch   uint64 `msgpack:"roster_epoch"`
+	// Relayed, on an acquire, is the release of an earlier term that the
+	// candidate relays from its holder: the voter applies it before it
+	// decides, as though the holder's own release had already arrived.
+	// A leader that resigns sends its release to the voters and its
+	// RESIGN to the others at once, each on its own connection; on a
+	// loaded host the RESIGN can reach the successor, and the successor's
+	// acquire a voter, before the release does, and the voter would
+	// refuse the successor for a promise its holder has let go. Carrying
+	// the release along makes that order impossible. Any other field of
+	// the request does not apply to it.
+	Relayed *Released `msgpack:"relayed,omitempty"`
+}
+
+// Released names a term its holder released: a release relayed by another
+// node (Request.Relayed).
+type Released struct {
+	Holder Node   `msgpack:"holder"`
+	Epoch  uint64 `msgpack:"epoch"`
+}
+
+// Valid reports whether r names a holder and a term.
+func (r Released) Valid() bool { return r.Holder.Name != "" && r.Epoch > 0 }
+
+// Request returns r as the holder's own release.
+func (r Released) Request() Request {
+	return Request{Kind: Release, Candidate: r.Holder, Epoch: r.Epoch}
 }
 
 // Reason says why a voter refused.

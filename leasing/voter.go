@@ -85,8 +85,12 @@ func NewVoter(self Node, store GrantStore, now time.Time, cfg VoterConfig) *Vote
 	return &Voter{self: self, store: store, started: now.Add(hold), maxTTL: cfg.MaxTTL}
 }
 
-// Handle answers req, received at now, for a voter whose roster is r.
+// Handle answers req, received at now, for a voter whose roster is r. An
+// acquire's relayed release (Request.Relayed) is applied first.
 func (v *Voter) Handle(now time.Time, req Request, r Roster) Reply {
+	if rel := req.Relayed; rel != nil && req.Kind == Acquire && rel.Valid() {
+		v.release(rel.Request())
+	}
 	rep := v.decide(now, req, r)
 	rep.Seq, rep.Epoch = req.Seq, req.Epoch
 	return rep
@@ -265,6 +269,11 @@ func (v *Voter) Standing(now time.Time) Standing {
 	}
 	return st
 }
+
+// LastRelease returns the highest epoch n has released to this voter
+// since it started, 0 when none it remembers (it remembers the releases
+// of the maxReleasers nodes with the highest epochs).
+func (v *Voter) LastRelease(n Node) uint64 { return v.released[n] }
 
 // Holding reports whether the voter is still in its startup hold at now.
 func (v *Voter) Holding(now time.Time) bool { return now.Before(v.started) }
