@@ -372,9 +372,9 @@ type relayed struct {
 	until time.Time
 }
 
-// receiveRelease takes note of the release a RESIGN carries from the leader of the
-// term it ends: this node applies it to its own vote at once, as the
-// release sent to it would be, and relays it (relayFor).
+// receiveRelease takes note of the release a RESIGN carries from the
+// leader of the term it ends: this node applies it to its own vote at
+// once, as the release sent to it would be, and relays it (relayFor).
 func (c *core) receiveRelease(now time.Time, m bully.Message, rel *leasing.Released) {
 	if rel == nil || m.Type != bully.MsgResign || rel.Holder != toLeasing(m.From) || rel.Epoch != m.Term {
 		return
