@@ -1,6 +1,10 @@
 package bully
 
-import "time"
+import (
+	"time"
+
+	"github.com/tenurehq/tenure/internal/broken"
+)
 
 // Handover says how a leader's term ends (ResignWith).
 type Handover struct {
@@ -252,5 +256,5 @@ func (m *Machine) takeOver(now time.Time) {
 // leader whose COORDINATOR said chosen: not from a term handed over by
 // name, and from no leader since this node's own resign (handover).
 func (m *Machine) mayClaimFrom(chosen bool) bool {
-	return !chosen && !m.ho.yielded
+	return !chosen && (!m.ho.yielded || broken.Is(broken.UndoHandOver))
 }

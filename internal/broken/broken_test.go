@@ -9,7 +9,7 @@ func TestNormalBuildIsNeverBroken(t *testing.T) {
 		t.Skip("built with tenure_broken")
 	}
 	t.Setenv("TENURE_BROKEN", SkipMajority+","+StoreNoFence)
-	for _, m := range []string{SkipMajority, RenewPastDeadline, RunKeepsChild, StoreNoFence} {
+	for _, m := range []string{SkipMajority, RenewPastDeadline, RunKeepsChild, StoreNoFence, NoEpochBump, NoRelease, UndoHandOver} {
 		if Is(m) {
 			t.Fatalf("%s is on in a normal build", m)
 		}

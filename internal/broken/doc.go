@@ -29,4 +29,9 @@ const (
 	// stop) does not release its lease, so the next leader waits for the
 	// voters' promises to run out (fails the checker's hand-over check).
 	NoRelease = "no-release"
+	// UndoHandOver: a node that handed its term over (a resign, a drain, a
+	// transfer) claims leadership back from the node after it by
+	// preemption once its hold ends (fails the checker's hand-over check:
+	// the hand-over is undone).
+	UndoHandOver = "undo-hand-over"
 )

@@ -4,6 +4,7 @@ package nemesis
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,9 @@ type brokenCase struct {
 	ineligible []string
 	plan       []Step
 	fails      []string // verdicts that must fail; others may
+	// says, when set, must be in the first failure of fails[0]: the
+	// violation meant, not another.
+	says string
 }
 
 var brokenCases = []brokenCase{
@@ -39,7 +43,10 @@ var brokenCases = []brokenCase{
 		fails: []string{check.NameMonotone}},
 	{name: "no-release", broken: []string{broken.NoRelease},
 		plan:  []Step{{Kind: FaultResign, Hold: 4 * time.Second}},
-		fails: []string{check.NameHandOver}},
+		fails: []string{check.NameHandOver}, says: "waited for the old lease"},
+	{name: "undo-hand-over", broken: []string{broken.UndoHandOver},
+		plan:  []Step{{Kind: FaultResign, Hold: 2 * time.Second}},
+		fails: []string{check.NameHandOver}, says: "undone"},
 	// Not a broken build but a cluster that cannot meet I5: only h5 may
 	// lead, and it is killed for good.
 	{name: "no-eligible-successor", ineligible: []string{"h1", "h2", "h3", "h4"},
@@ -64,6 +71,10 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 				if v, ok := res.Report.Verdict(name); !ok || v.OK {
 					t.Errorf("%s passed on the %s build: the checker missed the violation", name, bc.name)
 				}
+			}
+			if v, ok := res.Report.Verdict(bc.fails[0]); bc.says != "" && ok && !v.OK &&
+				(len(v.Details) == 0 || !strings.Contains(v.Details[0], bc.says)) {
+				t.Errorf("%s failed on the %s build for another violation than %q: %v", v.Name, bc.name, bc.says, v.Details)
 			}
 		})
 	}

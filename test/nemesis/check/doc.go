@@ -13,7 +13,8 @@
 //	I4-monotone       no write accepted below an epoch already accepted
 //	I5                liveness: a leader within TTL+ElectionBound of every heal
 //	hand-over         an operator's hand-over, made with no fault on, gives
-//	                  the next node its lease before the old one ran out
+//	                  the next node its lease before the old one ran out,
+//	                  and the node that handed over does not take it back
 //
 // The hand-overs (HandOvers) are each act of an operator that met the
 // lease holder: a graceful stop or drain of it, a transfer or a resign,

@@ -30,6 +30,9 @@ type HandOver struct {
 	// Refused says the agent refused the command (an EventRefused of the
 	// same node and command line followed it).
 	Refused bool `json:"refused,omitempty"`
+	// Back, when not 0, is how long after the act From led again, taking
+	// the term back from To (see takenBack): the hand-over was undone.
+	Back time.Duration `json:"back_ns,omitempty"`
 }
 
 // HandOvers measures every act in events (sorted by T) that met a node
@@ -58,12 +61,67 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 		for _, in := range iv {
 			if in.Start >= e.T && in.Start < end && (in.Node != held.Node || in.Epoch != held.Epoch) {
 				h.To, h.Gap = in.Node, time.Duration(in.Start-e.T)
+				if in.Node != held.Node {
+					h.Back = takenBack(iv, events, e.T, end, held.Node, in)
+				}
 				break // sorted by Start
 			}
 		}
 		out = append(out, h)
 	}
 	return out
+}
+
+// takenBack is how long after the act at t the node from, which handed
+// its term over, led again in the term right after to's (the successor's
+// first interval after the act), when to ended its term early (its
+// journal's end record at least earlyEnd before its lease's end, so not a
+// lease that ran out) and nothing happened after the act that may end a
+// term or let from lead again: no fault, restart, stop or operator's act
+// (disturbs). That is a preemption by the node that handed over, which
+// the agent promises never to do (docs/GUARANTEES.md: a resign, a drain,
+// a transfer move leadership once). Only a lead before end (the run's)
+// counts: the harness stops every agent after it, and a stop hands over.
+// 0 otherwise.
+func takenBack(iv []Interval, events []Event, t, end int64, from string, to Interval) time.Duration {
+	last := to
+	for _, in := range iv {
+		if in.Node == to.Node && in.Epoch == to.Epoch && in.End > last.End {
+			last = in
+		}
+	}
+	if last.CutBy != CutEnd || last.Until-last.End < int64(earlyEnd) {
+		return 0
+	}
+	for _, in := range iv { // sorted by Start
+		if in.Start < last.End || in.Node == to.Node && in.Epoch == to.Epoch {
+			continue
+		}
+		if in.Node != from || in.Start >= end || disturbed(events, t, in.Start) {
+			return 0
+		}
+		return time.Duration(in.Start - t)
+	}
+	return 0
+}
+
+// earlyEnd is how long before its lease's end a term must end to count as
+// ended by its leader rather than run out: more than the agent's tick.
+const earlyEnd = 100 * time.Millisecond
+
+// disturbs are the events after which a node may lead again without
+// having taken a term back: faults, restarts, stops and operators' acts.
+var disturbs = []string{EventKill, EventStart, EventStop, EventPause, EventPauseHost, EventPartition,
+	EventWipe, EventDiskFull, EventDiskFreed, EventOperator}
+
+// disturbed reports whether an event of disturbs happened in (from, to).
+func disturbed(events []Event, from, to int64) bool {
+	for _, e := range events {
+		if e.T > from && e.T < to && slices.Contains(disturbs, e.Kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // refused reports whether the agent refused the operator's command of
@@ -79,12 +137,13 @@ func refused(events []Event, act Event) bool {
 
 // CheckHandOvers judges the hand-overs made with no fault on that the
 // agent did not refuse: each must give the next node its lease before
-// the old lease would have run out (as From believed it at the act). One
-// that waited for the old lease (its release lost or never sent, the
-// successor held back) fails. Under a fault the release or the
-// successor's requests may not reach the voters it needs, or the named
-// successor may be dead or frozen, and waiting for the old lease is then
-// allowed: those are measured only.
+// the old lease would have run out (as From believed it at the act), and
+// must not be undone (HandOver.Back). One that waited for the old lease
+// (its release lost or never sent, the successor held back) fails, as
+// does one whose node took the term back. Under a fault the release or
+// the successor's requests may not reach the voters it needs, or the
+// named successor may be dead or frozen, and waiting for the old lease is
+// then allowed: those are measured only.
 func CheckHandOvers(hs []HandOver) Verdict {
 	v := verdict{name: NameHandOver}
 	judged, others := 0, 0
@@ -102,11 +161,14 @@ func CheckHandOvers(hs []HandOver) Verdict {
 		case h.Gap >= h.LeaseLeft:
 			v.failf("%s at %s: %s held the next lease %v later, when %s's lease had %v left: it waited for the old lease",
 				h.Act, stamp(h.At), h.To, h.Gap, h.From, h.LeaseLeft)
+		case h.Back > 0:
+			v.failf("%s at %s: undone: %s led %v later, then %s again %v after the act, ending %s's term with no fault or act between",
+				h.Act, stamp(h.At), h.To, h.Gap, h.From, h.Back, h.To)
 		default:
 			longest = max(longest, h.Gap)
 		}
 	}
-	return v.done(fmt.Sprintf("%d hand-overs with no fault on, each before the old lease ran out (the longest %v); %d under a fault or refused, measured only",
+	return v.done(fmt.Sprintf("%d hand-overs with no fault on, each before the old lease ran out (the longest %v) and none undone; %d under a fault or refused, measured only",
 		judged, longest.Round(time.Millisecond), others))
 }
 
@@ -153,6 +215,9 @@ func (h HandOver) String() string {
 	}
 	if h.Refused {
 		s += " (refused)"
+	}
+	if h.Back > 0 {
+		s += fmt.Sprintf(" (undone: %s again after %v)", h.From, h.Back.Round(time.Millisecond))
 	}
 	return s
 }

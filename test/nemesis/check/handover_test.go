@@ -85,3 +85,40 @@ func TestHandOverVerdict(t *testing.T) {
 	// A refusal of another command does not excuse this one.
 	wantFail(t, run(slow, op(100, "h5", "tenure resign --hold 3s"), refusal(150, "h5", "tenure drain")), 1, "waited for the old lease")
 }
+
+// TestHandOverUndone: a node that handed its term over and then ends its
+// successor's term early, leading the next one itself with nothing in
+// between, undid the hand-over; a restart, a fault or an operator's act
+// in between, a successor whose lease ran out, or another node next, do
+// not count.
+func TestHandOverUndone(t *testing.T) {
+	op := func(at int, node, cmd string) Event { e := ev(EventOperator, at, node); e.Detail = cmd; return e }
+	resign := op(100, "h5", "tenure resign --hold 3s")
+	run := func(journal []JournalRecord, events ...Event) Verdict {
+		return CheckHandOvers(HandOvers(beliefs(journal, events...), events, ms(20000)))
+	}
+	taken := func(next string) []JournalRecord {
+		return []JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120),
+			lead("h4", 2, 160, 2160), extend("h4", 2, 3000, 5000), end("h4", 2, 3200), // ended early
+			lead(next, 3, 3250, 5250)}
+	}
+	got := HandOvers(beliefs(taken("h5")), []Event{resign}, ms(20000))
+	if len(got) != 1 || got[0].To != "h4" || got[0].Back != 3150*time.Millisecond {
+		t.Fatalf("h5 took its term back from h4 3.15 s after its resign: %+v", got)
+	}
+	wantFail(t, run(taken("h5"), resign), 1, "undone")
+	wantOK(t, run(taken("h3"), resign))
+	wantOK(t, run(taken("h5"), resign, ev(EventStart, 3000, "h5")))
+	wantOK(t, run(taken("h5"), resign, ev(EventPartition, 3000), ev(EventHeal, 3100)))
+	wantOK(t, run(taken("h5"), resign, op(3000, "h5", "tenure drain --off")))
+	wantOK(t, run(taken("h5"), resign, ev(EventDiskFull, 3000, "h4")))
+	// h4's lease ran out (its end record came at its end): not taken.
+	ranOut := []JournalRecord{lead("h5", 1, 0, 2000), end("h5", 1, 120),
+		lead("h4", 2, 160, 2160), extend("h4", 2, 3000, 5000), end("h4", 2, 5010), lead("h5", 3, 5100, 7100)}
+	wantOK(t, run(ranOut, resign))
+	// After the run's end the harness stops the agents: h4's stop hands
+	// the term back to h5, and no event says so.
+	if got := HandOvers(beliefs(taken("h5")), []Event{resign}, ms(3240)); len(got) != 1 || got[0].Back != 0 {
+		t.Fatalf("a lead after the run's end counted as taking the term back: %+v", got)
+	}
+}

@@ -28,7 +28,7 @@ var titles = map[string]string{
 	NameLinearizable: "the store's history is linearizable",
 	NameMonotone:     "no accepted write below an accepted epoch",
 	NameLiveness:     "a leader soon after every heal",
-	NameHandOver:     "an operator's hand-over does not wait for the old lease",
+	NameHandOver:     "an operator's hand-over does not wait for the old lease, and is not undone",
 }
 
 // MaxDetails caps the violations a Verdict lists; one more line says how
