@@ -138,11 +138,28 @@ type memberView struct {
 	Voter         bool
 	Cluster       string // the cluster ID it advertises, "" before it has a roster
 	RosterVersion uint64 // the roster version it advertises
-	Seated        bool   // it is a voter of the roster it advertises
-	Expect        int    // the --expect it was started with (0: none)
-	Zone          string // its failure domain (--zone)
-	Left          bool   // it left gracefully (not live)
-	PeerAddr      string // its peer transport address as gossip advertises it, "" when unknown
+	// RosterEpoch is the term of the roster step it advertises, known
+	// (RosterEpochKnown) from agents that advertise it: two leaders may
+	// propose competing steps of one version, the later term's winning.
+	RosterEpoch      uint64
+	RosterEpochKnown bool
+	Seated           bool   // it is a voter of the roster it advertises
+	Expect           int    // the --expect it was started with (0: none)
+	Zone             string // its failure domain (--zone)
+	Left             bool   // it left gracefully (not live)
+	PeerAddr         string // its peer transport address as gossip advertises it, "" when unknown
+}
+
+// newerRoster reports whether mv advertises a later roster step than r:
+// a later version, or a later term's step of r's version.
+func (mv memberView) newerRoster(r leasing.Roster) bool {
+	return mv.RosterVersion > r.Version || (mv.RosterVersion == r.Version && mv.RosterEpochKnown && mv.RosterEpoch > r.Epoch)
+}
+
+// olderRoster reports whether mv advertises an earlier roster step than r:
+// an earlier version, or an earlier term's step of r's version.
+func (mv memberView) olderRoster(r leasing.Roster) bool {
+	return mv.RosterVersion < r.Version || (mv.RosterVersion == r.Version && mv.RosterEpochKnown && mv.RosterEpoch < r.Epoch)
 }
 
 // outMsg is a message to send to a peer.

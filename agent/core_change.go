@@ -130,14 +130,15 @@ func sameRoster(a, b leasing.Roster) bool {
 	return !a.IsZero() && a.ClusterID == b.ClusterID && a.Version == b.Version && a.Epoch == b.Epoch
 }
 
-// pushRoster sends the roster to live members that advertise an older one,
-// so observers and lagging nodes learn it.
+// pushRoster sends the roster to live members that advertise an older one
+// (an earlier version, or an earlier term's step of its version), so
+// observers and lagging nodes learn it.
 func (c *core) pushRoster() {
 	r := c.roster()
 	u := rosterUpdate{From: c.cfg.Self, Term: c.lease.epoch, Roster: r}
 	for _, name := range sortedNames(c.live) {
 		mv := c.live[name]
-		if mv.Node != c.cfg.Self && mv.RosterVersion < r.Version {
+		if mv.Node != c.cfg.Self && mv.olderRoster(r) {
 			c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterUpdate: &u}})
 		}
 	}

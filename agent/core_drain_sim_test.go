@@ -27,16 +27,19 @@ func (s *csim) randomHandover() {
 	n := s.nodes[name]
 	switch s.rand.IntN(12) {
 	case 0, 1:
+		s.trace("drained %s=%v", name, !n.drained)
 		s.setDrained(name, !n.drained)
 	case 2, 3:
 		if l := s.leader(); l != "" {
 			ln := s.nodes[l]
+			s.trace("transfer from %s to %s", l, name)
 			_, _ = ln.c.transfer(s.local(ln, s.now), name)
 			s.collect(l)
 		}
 	case 4:
 		if n.up && !n.paused {
 			hold := time.Duration(s.rand.IntN(4)) * s.ttl
+			s.trace("resign %s holding %v", name, hold)
 			s.askSuccessor(n)
 			_ = n.c.resignFor(s.local(n, s.now), hold)
 			s.collect(name)

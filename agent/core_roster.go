@@ -16,7 +16,8 @@ const rosterFetchInterval = time.Second
 
 // maybeFetchRoster asks members of the cluster for their roster when this
 // node has none (an observer, or a node started without --expect), or when
-// a member advertises a later version than this node's. Each interval it
+// a member advertises a later step than this node's (a later version, or
+// a later term's step of its version). Each interval it
 // asks rosterFetchFanout of the members that qualify, the next ones in
 // turn from an offset of its own (its node ID), so one it cannot reach
 // stalls it for one interval only and a fleet that starts together does
@@ -33,7 +34,7 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	// order only those (by name, so the rotation below is stable).
 	var from []memberView
 	for _, mv := range c.live {
-		if mv.Cluster != "" && mv.Node != c.cfg.Self && (mine.IsZero() || mv.RosterVersion > mine.Version) {
+		if mv.Cluster != "" && mv.Node != c.cfg.Self && (mine.IsZero() || mv.newerRoster(mine)) {
 			from = append(from, mv)
 		}
 	}

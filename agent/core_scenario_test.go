@@ -421,6 +421,7 @@ func runSchedule(t testing.TB, i int, eager bool) {
 // but for one neighbour, with gossip still seeing it), restarts the nodes
 // that are down, and checks I5: a leader within a bound, still there later.
 func (s *csim) finalPhase() {
+	s.trace("final phase: heal")
 	s.heal()
 	s.drop, s.slow, s.dup, s.lag = 0, 0, 0, [2]time.Duration{}
 	for _, name := range s.order {
@@ -437,6 +438,7 @@ func (s *csim) finalPhase() {
 	s.keepTwoEligible()
 	if s.rand.IntN(2) == 0 {
 		s.cutOff = s.order[s.rand.IntN(len(s.order))]
+		s.trace("final phase: isolate the peer links of %s", s.cutOff)
 		s.isolatePeers(s.cutOff)
 	}
 	s.syncViews()
@@ -498,13 +500,16 @@ func (s *csim) randomFault(wiped *bool) {
 	n := s.nodes[name]
 	switch s.rand.IntN(15) {
 	case 0:
+		s.trace("crash %s", name)
 		s.crash(name)
 	case 1:
 		if !n.up && !n.left {
 			if !*wiped && s.rand.IntN(4) == 0 && s.canLose(name) {
+				s.trace("wipe %s", name)
 				s.wipe(name) // a minority (here: one node) may lose its disk
 				*wiped = true
 			}
+			s.trace("boot %s", name)
 			n.epochs.failed, n.grants.failed = false, false // a new disk, or a repaired one
 			s.boot(name, s.expectFor(name))
 		}
@@ -519,6 +524,7 @@ func (s *csim) randomFault(wiped *bool) {
 				b = append(b, s.order[p])
 			}
 		}
+		s.trace("partition %v | %v", a, b)
 		s.partition(a, b)
 	case 3:
 		if l := s.leader(); l != "" {
@@ -528,25 +534,31 @@ func (s *csim) randomFault(wiped *bool) {
 					rest = append(rest, x)
 				}
 			}
+			s.trace("isolate the leader %s", l)
 			s.partition([]string{l}, rest)
 		}
 	case 4:
 		if other != name {
+			s.trace("cut %s > %s", name, other)
 			s.cutOneWay(name, other)
 		}
 	case 5:
+		s.trace("heal")
 		s.heal()
 	case 6:
 		s.drop = []float64{0, 0.05, 0.3}[s.rand.IntN(3)]
+		s.trace("drop %v", s.drop)
 	case 7:
 		if n.up {
 			n.paused = !n.paused
+			s.trace("%s paused=%v", name, n.paused)
 			if !n.paused {
 				s.syncViews()
 			}
 		}
 	case 8:
 		if n.up && !n.paused {
+			s.trace("resign %s", name)
 			s.askSuccessor(n) // core_drain_sim_test.go
 			_ = n.c.resign(s.local(n, s.now))
 			s.collect(name)
@@ -555,9 +567,12 @@ func (s *csim) randomFault(wiped *bool) {
 		s.setRate(n, s.driftRate())
 	case 10:
 		if other != name {
-			s.cutPeers(name, other, s.rand.IntN(2) == 0)
+			oneWay := s.rand.IntN(2) == 0
+			s.trace("cut peers %s - %s one-way=%v", name, other, oneWay)
+			s.cutPeers(name, other, oneWay)
 		}
 	case 11:
+		s.trace("isolate the peer links of %s", name)
 		s.isolatePeers(name)
 	case 12:
 		s.slow = []float64{0, 0.01, 0.05}[s.rand.IntN(3)]
@@ -565,17 +580,21 @@ func (s *csim) randomFault(wiped *bool) {
 		// Sometimes a loaded host: every message takes tens to hundreds
 		// of milliseconds, longer than the election timeout.
 		s.lag = [][2]time.Duration{{}, {}, {50 * time.Millisecond, 300 * time.Millisecond}}[s.rand.IntN(3)]
+		s.trace("slow %v dup %v lag %v", s.slow, s.dup, s.lag)
 	case 13:
 		switch {
 		case n.up && n.epochs.failed && s.rand.IntN(2) == 0:
 			// Space freed, or the disk replaced under the running agent:
 			// it writes again at its next retry (core_storage.go).
 			n.epochs.failed, n.grants.failed = false, false
+			s.trace("disk of %s repaired", name)
 		case s.canLose(name):
 			n.epochs.failed, n.grants.failed = true, true // the disk fails from now on
+			s.trace("disk of %s fails", name)
 		}
 	case 14:
 		if n.up && !n.left {
+			s.trace("kill and restart %s", name)
 			s.crash(name) // kill -9, and the service manager restarts it at once
 			s.boot(name, s.expectFor(name))
 		}
@@ -668,10 +687,12 @@ func (s *csim) randomMembership() {
 	switch s.rand.IntN(12) {
 	case 0:
 		if len(s.order) < 7 {
+			s.trace("join n%d", len(s.order)+1)
 			s.join(fmt.Sprintf("n%d", len(s.order)+1))
 		}
 	case 1:
 		if name := s.order[s.rand.IntN(len(s.order))]; s.nodes[name].up && s.activeVoters() > 3 && s.canLose(name) {
+			s.trace("leave %s", name)
 			s.leave(name)
 		}
 	case 2:
@@ -679,6 +700,7 @@ func (s *csim) randomMembership() {
 		for _, name := range s.order {
 			if n := s.nodes[name]; l != "" && !n.up && !n.left && s.activeVoters() > 3 && s.canLose(name) {
 				ln := s.nodes[l]
+				s.trace("force-leave %s at %s", name, l)
 				if _, err := ln.c.forceLeave(s.local(ln, s.now), name); err == nil {
 					n.left = true // an operator removed it for good
 				}

@@ -263,8 +263,24 @@ func (s *csim) logger(name string) *slog.Logger {
 	if os.Getenv("TENURE_SIM_LOG") != name {
 		return slog.New(slog.DiscardHandler)
 	}
-	opts := &slog.HandlerOptions{Level: slog.LevelDebug}
+	// Stamp lines with the simulation's time, not the wall clock's, so
+	// the logs of separate runs (one per node) line up.
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.String("sim", fmt.Sprintf("%09.3f", s.now.Sub(s.start).Seconds()))
+		}
+		return a
+	}}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts)).With("node", name)
+}
+
+// trace prints a step of a schedule, stamped with the simulation's time,
+// when TENURE_SIM_TRACE is set (with TENURE_SIM_LOG, to read a failing
+// schedule's story).
+func (s *csim) trace(format string, args ...any) {
+	if os.Getenv("TENURE_SIM_TRACE") != "" {
+		fmt.Fprintf(os.Stderr, "sim=%09.3f step: %s\n", s.now.Sub(s.start).Seconds(), fmt.Sprintf(format, args...))
+	}
 }
 
 // crash stops a node at once. Its tenure run supervisor loses the agent and
@@ -328,7 +344,7 @@ func (s *csim) syncViews() {
 			nb := s.nodes[b]
 			if a == b || (s.reach(a, b) && s.reach(b, a) && !nb.paused && !s.hidden[[2]string{a, b}]) { // a paused node fails its probes
 				view = append(view, memberView{Member: bully.Member{Node: bully.Node{ID: nb.id, Name: b}, Eligible: !nb.drained && !nb.storageDown},
-					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, Expect: nb.c.cfg.Expect,
+					Voter: nb.voter, Cluster: nb.rosters.r.ClusterID, RosterVersion: nb.rosters.r.Version, RosterEpoch: nb.rosters.r.Epoch, RosterEpochKnown: true, Expect: nb.c.cfg.Expect,
 					Seated: nb.rosters.r.Contains(leasing.Node{ID: nb.id, Name: b}),
 					Zone:   nb.zone})
 			} else if nb.left {

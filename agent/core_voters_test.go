@@ -223,10 +223,9 @@ func TestVacancyKeepsLiveVoters(t *testing.T) {
 
 // TestVoterLearnsALaterStepOfItsVersion: a voter that holds another
 // term's step of the roster's current version, one that does not name it,
-// learns the step a candidate campaigns under from the candidate's
-// request. Gossip advertises only a roster's version and a leader pushes
-// only to members of an older one, so before, the voter refused every
-// round as a non-voter: a random schedule (155,423) ended with two
+// learns the step a candidate campaigns under: from the candidate's
+// request, or from gossip, which now advertises a step's term too. Before
+// either, the voter refused every round as a non-voter: a random schedule (155,423) ended with two
 // uncommitted joint steps of one version and no leader for good. Here the
 // leader's other voter crashes, so each renewal needs that voter's grant.
 func TestVoterLearnsALaterStepOfItsVersion(t *testing.T) {
@@ -272,4 +271,36 @@ func TestVoterLearnsALaterStepOfItsVersion(t *testing.T) {
 			kept, got, got.Epoch, l, r.Version, r.Epoch, s.dump())
 	}
 	s.waitLeader(3*s.ttl, l, kept)
+}
+
+// TestLaterStepOfAVersionReachesEveryMember: two leaders proposed
+// competing joint steps of one version, neither committed, and the voter
+// that alone holds the later one does not campaign (it is drained). Gossip
+// advertised only a roster's version, so the others, holding the earlier
+// step, never fetched the later one; the earlier step's new set is a
+// voter that has left, so they could not reach a majority under it and
+// started no round that a refusal could have corrected: no leader for
+// good (found by TestRandomQuorumSchedules/231357). Gossip now advertises
+// the step's term too, and members fetch a later step of their version.
+func TestLaterStepOfAVersionReachesEveryMember(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(3)
+	l, _ := s.waitLeader(10*time.Second, "n3")
+	r := s.nodes[l].rosters.r
+	node := func(name string) leasing.Node { return leasing.Node{ID: s.nodes[name].id, Name: name} }
+	term := s.nodes[l].led[len(s.nodes[l].led)-1]
+	earlier := r.To([]leasing.Node{node("n3")}, term, 3)
+	later := r.To([]leasing.Node{node("n1")}, term+1, 3)
+	for _, name := range s.order {
+		s.crash(name)
+	}
+	s.nodes["n3"].left = true
+	s.nodes["n1"].rosters.r, s.nodes["n2"].rosters.r = later, earlier
+	s.nodes["n1"].drained = true
+	s.boot("n1", 0)
+	s.boot("n2", 0)
+	if got, _, ok := s.tryLeader(3*s.ttl+10*time.Second, "n2"); !ok {
+		t.Fatalf("no leader (%q): n2 holds %v of epoch %d, n1 %v of epoch %d\n%s", got,
+			s.nodes["n2"].rosters.r, s.nodes["n2"].rosters.r.Epoch, later, later.Epoch, s.dump())
+	}
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/tenurehq/tenure/leasing"
 )
 
-// The gossip tags that advertise a node's roster: its cluster ID and version.
+// The gossip tags that advertise a node's roster: its cluster ID, version,
+// and the term that proposed that step.
 const (
 	clusterTag       = "c"
 	rosterVersionTag = "rv"
+	rosterEpochTag   = "re"
 	// seatTag marks a node that holds a seat in the roster it advertises
 	// (a voter of it), so that nodes fetching the roster can spare the
 	// voters. It changes only with the roster, so it costs no gossip
@@ -192,17 +194,21 @@ func (a *Agent) syncMembers() {
 			continue
 		}
 		rv, _ := strconv.ParseUint(m.Tags[rosterVersionTag], 10, 64)
+		re, reErr := strconv.ParseUint(m.Tags[rosterEpochTag], 10, 64)
 		expect, _ := strconv.Atoi(m.Tags[expectTag])
 		views = append(views, memberView{
 			Member:        bully.Member{Node: bully.Node{ID: m.ID, Name: m.Name}, Eligible: m.Eligible},
 			Voter:         m.Voter,
 			Cluster:       m.Tags[clusterTag],
 			RosterVersion: rv,
-			Seated:        m.Tags[seatTag] == "1",
-			Expect:        expect,
-			Zone:          m.Tags[zoneTag],
-			Left:          m.Status == gossip.StatusLeft,
-			PeerAddr:      m.PeerAddr,
+			// Agents before the tag advertise no term: compare versions.
+			RosterEpoch:      re,
+			RosterEpochKnown: reErr == nil,
+			Seated:           m.Tags[seatTag] == "1",
+			Expect:           expect,
+			Zone:             m.Tags[zoneTag],
+			Left:             m.Status == gossip.StatusLeft,
+			PeerAddr:         m.PeerAddr,
 		})
 		if m.Status == gossip.StatusAlive {
 			alive++
@@ -242,7 +248,7 @@ func (a *Agent) publishedDeadline() time.Time { return a.snap.Load().deadline }
 // node's gossip tags when they change.
 func (a *Agent) advertiseCluster() {
 	r := a.core.roster()
-	if r.IsZero() || (r.ClusterID == a.advertised.ClusterID && r.Version == a.advertised.Version) {
+	if r.IsZero() || (r.ClusterID == a.advertised.ClusterID && r.Version == a.advertised.Version && r.Epoch == a.advertised.Epoch) {
 		return
 	}
 	a.counts.add("set_tags")
@@ -257,7 +263,7 @@ func (a *Agent) publishTags() {
 }
 
 // gossipTags are this node's extra gossip tags: its --expect and --zone,
-// and its roster's cluster ID and version once it has one, with whether
+// and its roster's cluster ID, version and term once it has one, with whether
 // it holds a seat in it.
 func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	tags := map[string]string{}
@@ -269,6 +275,7 @@ func (a *Agent) gossipTags(r leasing.Roster) map[string]string {
 	}
 	if !r.IsZero() {
 		tags[clusterTag], tags[rosterVersionTag] = r.ClusterID, strconv.FormatUint(r.Version, 10)
+		tags[rosterEpochTag] = strconv.FormatUint(r.Epoch, 10)
 		if r.Contains(toLeasing(a.self())) {
 			tags[seatTag] = "1"
 		}

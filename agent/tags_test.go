@@ -9,7 +9,7 @@ func TestTagKeysDistinct(t *testing.T) {
 	keys := map[string]string{"id": "gossip's node ID", "peer": "gossip's peer address",
 		"v": "gossip's voter flag", "e": "gossip's eligibility"}
 	for _, tag := range []struct{ name, key string }{
-		{"clusterTag", clusterTag}, {"rosterVersionTag", rosterVersionTag}, {"seatTag", seatTag},
+		{"clusterTag", clusterTag}, {"rosterVersionTag", rosterVersionTag}, {"rosterEpochTag", rosterEpochTag}, {"seatTag", seatTag},
 		{"expectTag", expectTag}, {"zoneTag", zoneTag}, {"drainedTag", drainedTag}, {"storageTag", storageTag},
 	} {
 		if other, ok := keys[tag.key]; ok {
