@@ -19,6 +19,7 @@ import (
 	"github.com/tenurehq/tenure/agent/hooks"
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/internal/fsutil"
 	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
 )
@@ -199,6 +200,23 @@ func (a *Agent) openDataDir() error {
 	return a.loadDrained()
 }
 
+// probeFile is the file probeDataDir writes and removes.
+const probeFile = ".write-probe"
+
+// probeDataDir writes a small file to dir the way every data dir file is
+// written (a temporary file, synced, renamed), then removes it: whether
+// the data dir takes writes again after one failed.
+func probeDataDir(dir string) error {
+	path := filepath.Join(dir, probeFile)
+	if err := fsutil.WriteFileAtomic(path, []byte("tenure write probe\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove the probe file: %w", err)
+	}
+	return nil
+}
+
 func (a *Agent) startCore() error {
 	ec := a.cfg.electionConfig()
 	ec.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -221,7 +239,8 @@ func (a *Agent) startCore() error {
 	case d > 0:
 		cc.DeadVoterTimeout = d
 	}
-	st := coreStores{epochs: a.epochs, grants: a.grants, rosters: a.rosters, pledges: a.pledges}
+	st := coreStores{epochs: a.epochs, grants: a.grants, rosters: a.rosters, pledges: a.pledges,
+		probe: func() error { return probeDataDir(a.cfg.DataDir) }}
 	c, err := newCore(cc, st, a.log, a.cfg.Clock.Now())
 	if err != nil {
 		return err

@@ -90,9 +90,10 @@ type core struct {
 	out         []outMsg
 	// storage is the last write to the data dir that failed, nil while
 	// writes succeed (core_storage.go); storageRetry is when the next
-	// write is tried.
+	// write is tried, probe how (coreStores.probe).
 	storage      error
 	storageRetry time.Time
+	probe        func() error
 }
 
 // coreConfig is what a core needs from the agent's Config.
@@ -175,6 +176,10 @@ type coreStores struct {
 	grants  leasing.GrantStore
 	rosters rosterStore
 	pledges rosterStore
+	// probe writes to the data dir, to learn whether it takes writes
+	// again after one failed (retryStorage); nil: rewriting the epoch
+	// file is the only check.
+	probe func() error
 }
 
 func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*core, error) {
@@ -195,7 +200,7 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	if cfg.Consistency == Quorum {
 		m.SetReach(false, false) // no claim before a probe proves a majority
 	}
-	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges,
+	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges, probe: st.probe,
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]time.Time{},
 		floors: map[string]uint64{}, seats: newSeats(), claims: named.NewClaims(toLeasing(cfg.Self), cfg.Lease.MaxDrift)}
 	if cfg.Voter && cfg.Consistency == Quorum {

@@ -244,7 +244,15 @@ func (s *csim) bootTogether(expect int, names ...string) {
 // startCore makes a node's core from its stores; a failing disk keeps it down.
 func (s *csim) startCore(name string, expect int) {
 	n := s.nodes[name]
-	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges}
+	// A failing store is a failing disk: the probe fails too. (n.epochs
+	// and n.grants change when the disk is lost, so it reads them late.)
+	probe := func() error {
+		if n.epochs.failed || n.grants.failed {
+			return errDisk
+		}
+		return nil
+	}
+	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges, probe: probe}
 	c, err := newCore(s.config(n, expect), st, s.logger(name), s.local(n, s.now))
 	if errors.Is(err, errDisk) {
 		n.up = false // the agent refuses to start on a failing disk

@@ -13,8 +13,8 @@ import (
 // was. Otherwise the node goes on: it follows the leader, answers the
 // socket's queries and gossip, and advertises the failure (storageTag), so
 // status and members say why it does not lead. Every storageRetryInterval
-// it writes the epoch file again; once that succeeds it is eligible again
-// as configured (unless drained). Before, the agent stopped at the next
+// it writes the epoch file again and a probe file (retryStorage); once
+// both succeed it is eligible again as configured (unless drained). Before, the agent stopped at the next
 // write, which every agent makes at every new term in the cluster: under a
 // service manager it restarted and stopped again at each term change, and
 // the applications on the host lost the socket each time.
@@ -37,9 +37,13 @@ func (c *core) storageFailed(now time.Time, err error) {
 	c.m.SetEligible(now, false)
 }
 
-// retryStorage writes the epoch file again, once per storageRetryInterval
-// while writes fail; when it succeeds the node is eligible again as
-// configured.
+// retryStorage writes the epoch file again, and a probe file, once per
+// storageRetryInterval while writes fail; when both succeed the node is
+// eligible again as configured. The probe is written even when the epoch
+// was on disk already (so the epoch write stores nothing): the write that
+// failed may have been the voter file's, and before, a voter whose grants
+// could not be stored was declared writable again every interval and
+// failed at its next grant.
 func (c *core) retryStorage(now time.Time) {
 	if c.storage == nil || now.Before(c.storageRetry) {
 		return
@@ -49,6 +53,12 @@ func (c *core) retryStorage(now time.Time) {
 	if err := c.epochs.Raise(epoch); err != nil {
 		c.storage = fmt.Errorf("persist epoch %d: %w", epoch, err)
 		return
+	}
+	if c.probe != nil {
+		if err := c.probe(); err != nil {
+			c.storage = fmt.Errorf("probe the data dir: %w", err)
+			return
+		}
 	}
 	c.log.Info("the data dir can be written again", "epoch", epoch, "eligible", c.cfg.Eligible)
 	c.storage = nil

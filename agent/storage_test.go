@@ -81,4 +81,7 @@ func TestFullDataDirKeepsAgentServing(t *testing.T) {
 		return nil
 	})
 	waitMember(t, c.agents["n1"], "n2", func(m rpc.Member) bool { return !m.StorageFailed && m.Eligible })
+	if _, err := os.Stat(filepath.Join(full, probeFile)); !os.IsNotExist(err) {
+		t.Fatalf("the write probe is left in the data dir (stat: %v)", err)
+	}
 }
