@@ -17,13 +17,13 @@ const rosterFetchInterval = time.Second
 // maybeFetchRoster asks members of the cluster for their roster when this
 // node has none (an observer, or a node started without --expect), or when
 // a member advertises a later step than this node's (a later version, or
-// a later term's step of its version). Each interval it
-// asks rosterFetchFanout of the members that qualify, the next ones in
-// turn from an offset of its own (its node ID), so one it cannot reach
-// stalls it for one interval only and a fleet that starts together does
-// not ask the same few: when every node started from the first in name
-// order, 95 observers asked the five voters, the busiest members then, one
-// after the other, and the highest node learned the roster 2.3 s after it
+// a later term's step of its version). Each interval it asks
+// rosterFetchFanout of the members that qualify, the next ones in turn
+// from an offset of its own (its node ID), so one it cannot reach stalls
+// it for one interval only and a fleet that starts together does not ask
+// the same few: when every node started from the first in name order, 95
+// observers asked the five voters, the busiest members then, one after
+// the other, and the highest node learned the roster 2.3 s after it
 // joined. It asks the members that are not voters of their roster first.
 func (c *core) maybeFetchRoster(now time.Time) {
 	if !c.quorumMode() || now.Before(c.fetchAt) {

@@ -14,10 +14,11 @@ import (
 // socket's queries and gossip, and advertises the failure (storageTag), so
 // status and members say why it does not lead. Every storageRetryInterval
 // it writes the epoch file again and a probe file (retryStorage); once
-// both succeed it is eligible again as configured (unless drained). Before, the agent stopped at the next
-// write, which every agent makes at every new term in the cluster: under a
-// service manager it restarted and stopped again at each term change, and
-// the applications on the host lost the socket each time.
+// both succeed it is eligible again as configured (unless drained).
+// Before, the agent stopped at the next write, which every agent makes at
+// every new term in the cluster: under a service manager it restarted and
+// stopped again at each term change, and the applications on the host
+// lost the socket each time.
 
 // storageRetryInterval is how often a node whose writes failed tries again.
 const storageRetryInterval = 5 * time.Second
