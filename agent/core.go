@@ -378,6 +378,8 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		c.onNamedReply(now, *env.NamedReply)
 	case env.NamedList:
 		reply = &envelope{NamedListReply: c.onNamedList(now)}
+	case env.CanTake:
+		reply = &envelope{CanTakeReply: c.canTake(now)}
 	}
 	c.process(now)
 	return reply

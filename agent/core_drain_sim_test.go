@@ -33,6 +33,9 @@ func (s *csim) randomHandover() {
 		if l := s.leader(); l != "" {
 			ln := s.nodes[l]
 			s.trace("transfer from %s to %s", l, name)
+			if s.answers(l, name) && s.refusesTerm(name) {
+				return // the agent asks first (Agent.transferHere)
+			}
 			_, _ = ln.c.transfer(s.local(ln, s.now), name)
 			s.collect(l)
 		}
@@ -311,10 +314,14 @@ func (s *csim) checkHandOverKept() {
 			to = s.order[s.rand.IntN(len(s.order))]
 		}
 		act = "transfer to " + to
+		if s.answers(l, to) && s.refusesTerm(to) {
+			return // the agent asks first (Agent.transferHere)
+		}
 		if _, err := ln.c.transfer(s.local(ln, s.now), to); err != nil {
 			return // refused: down, left, drained or unknown to the leader
 		}
 	}
+	s.trace("closing hand-over: %s's %s (term %d), %q frozen until %v", l, act, first, frozen, thawAt.Sub(s.start))
 	s.collect(l)
 	// In a quiet cluster (nothing frozen, no peer link cut) the next
 	// leader's lease starts while the old one still runs: the release
@@ -365,13 +372,58 @@ func (s *csim) askSuccessor(n *cnode) {
 	for range maxPassOver {
 		now := s.local(n, s.now)
 		succ := n.c.naturalSuccessor(now)
-		if succ.IsZero() || s.answers(n.name, succ.Name) {
+		if succ.IsZero() || (s.answers(n.name, succ.Name) && !s.refusesTerm(succ.Name)) {
 			return
 		}
 		n.c.passOver(now, succ)
 	}
 }
 
+// refusesTerm does what a successor's agent does when a leader asks it
+// whether it can take the term (Agent.askCanTake): b's core answers,
+// probing its data dir. It reports whether b refused.
+func (s *csim) refusesTerm(b string) bool {
+	nb := s.nodes[b]
+	r := nb.c.canTake(s.local(nb, s.now))
+	s.collect(b)
+	return r.Refused != ""
+}
+
 // answers reports whether a request from a, running, to b would be
 // answered now: the request and the reply both get through (linked).
 func (s *csim) answers(a, b string) bool { return s.linked(a, b) && s.linked(b, a) }
+
+// TestTransferToNodeOnceCutOff: a node that once found itself cut off from
+// the voters (its requests to them lost), and since follows a higher
+// leader (so it no longer probes its reach: the verdict is old), takes a
+// term handed to it by name: named, it probes again and takes over.
+func TestTransferToNodeOnceCutOff(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	s.waitLeader(10*time.Second, "n5")
+	for _, o := range s.othersThan("n3") {
+		s.cutPeers("n3", o, true)
+	}
+	s.crash("n5")
+	s.waitLeader(10*time.Second, "n4")
+	s.run(5 * time.Second)
+	if !s.nodes["n3"].c.reach.cutOff {
+		t.Fatalf("n3 never found itself cut off\n%s", s.dump())
+	}
+	s.heal()
+	s.run(5 * time.Second)
+	t.Logf("n3 still counts itself cut off after the heal: %v", s.nodes["n3"].c.reach.cutOff)
+	if st := s.nodes["n3"].c.m.Status(); st.Leader.Name != "n4" {
+		t.Fatalf("n3 follows %q, want n4\n%s", st.Leader.Name, s.dump())
+	}
+	n4 := s.nodes["n4"]
+	if _, err := n4.c.transfer(s.local(n4, s.now), "n3"); err != nil {
+		t.Fatal(err)
+	}
+	s.collect("n4")
+	next, took := s.waitLeader(s.ttl)
+	t.Logf("n3 led %v after the transfer", took)
+	if next != "n3" || took > s.ttl/4 {
+		t.Fatalf("after transfer to n3: %s leads after %v, want n3 well within a TTL\n%s", next, took, s.dump())
+	}
+}

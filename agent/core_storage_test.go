@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,52 @@ func TestUnstoredGrantsKeepTheNodeFailed(t *testing.T) {
 		if s.now.After(end) {
 			t.Fatalf("n1 still reports %v after its disk was freed", n1.c.storage)
 		}
+	}
+}
+
+// TestSuccessorWithFullDiskIsNotNamed: a node learns that its disk is full
+// only at a write, and a follower may not have written for long. Asked
+// whether it can take the term, it writes a probe first: named by a
+// transfer it refuses, and the leader keeps its term; as the natural
+// successor of a resign it is passed over, and the next node takes over
+// at once. Before, it was named, failed to store the new term's epoch,
+// and the cluster had no leader for the transfer window, after which the
+// election picked a node the operator had not asked for.
+func TestSuccessorWithFullDiskIsNotNamed(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	s.waitLeader(10*time.Second, "n5")
+	n5, n4 := s.nodes["n5"], s.nodes["n4"]
+	n4.epochs.failed = true // the disk filled since n4's last write
+	first := n5.led[len(n5.led)-1]
+	s.askSuccessor(n5)
+	if err := n5.c.resign(s.local(n5, s.now)); err != nil {
+		t.Fatal(err)
+	}
+	s.collect("n5")
+	next, took := s.waitLeader(s.ttl)
+	if next != "n3" || took > s.ttl/4 {
+		t.Fatalf("after n5 resigned with n4's disk full: %s leads after %v; want n3 at once\n%s", next, took, s.dump())
+	}
+	if led := s.ledSince(first + 1); len(led) != 1 {
+		t.Fatalf("terms since the resign: %v; want n3's alone", led)
+	}
+	t.Logf("n3 led %v after the resign", took)
+	if n4.c.storageFailure() == nil {
+		t.Fatal("n4's failed probe left its data dir counted writable")
+	}
+
+	// A transfer to n4 is refused with the reason; n3 keeps its term.
+	s.run(s.ttl)
+	n3 := s.nodes["n3"]
+	if r := n4.c.canTake(s.local(n4, s.now)); !strings.Contains(r.Refused, "cannot write its data dir") {
+		t.Fatalf("n4, with a full disk, answers %+v; want a refusal that names the data dir", r)
+	}
+	if r := n3.c.canTake(s.local(n3, s.now)); r.Refused != "" {
+		t.Fatalf("n3 refuses the term: %s", r.Refused)
+	}
+	s.setDrained("n2", true)
+	if r := s.nodes["n2"].c.canTake(s.local(s.nodes["n2"], s.now)); !strings.Contains(r.Refused, "may not lead") {
+		t.Fatalf("n2, drained, answers %+v; want a refusal", r)
 	}
 }

@@ -101,6 +101,14 @@ func (env envelope) kind() string {
 		return "force_leave"
 	case env.ForceLeaveReply != nil:
 		return "force_leave_reply"
+	case env.Transfer != "":
+		return "transfer"
+	case env.TransferReply != nil:
+		return "transfer_reply"
+	case env.CanTake:
+		return "can_take"
+	case env.CanTakeReply != nil:
+		return "can_take_reply"
 	case env.Named != nil:
 		return "named." + env.Named.Op.String()
 	case env.NamedReply != nil:

@@ -48,6 +48,12 @@ type envelope struct {
 	// TransferReply answers (see core.transfer).
 	Transfer      string         `msgpack:"transfer,omitempty"`
 	TransferReply *transferReply `msgpack:"transfer_reply,omitempty"`
+	// CanTake asks the node a leader is about to name successor (of a
+	// transfer, or a resign's natural one) whether it can take the term
+	// now; CanTakeReply answers (core.canTake). An agent of an older
+	// release answers with an empty envelope, which reads as yes.
+	CanTake      bool          `msgpack:"can_take,omitempty"`
+	CanTakeReply *canTakeReply `msgpack:"can_take_reply,omitempty"`
 	// Named is a request of a named-lease holder to the leader;
 	// NamedReply its answer, or a grant the leader pushes to a waiter.
 	Named      *named.Request `msgpack:"named,omitempty"`

@@ -22,6 +22,8 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		{ForceLeave: "c"},
 		{Transfer: "c"},
 		{TransferReply: &transferReply{Code: "not_found", Error: "agent: transfer: no such live member"}},
+		{CanTake: true},
+		{CanTakeReply: &canTakeReply{Refused: "it cannot write its data dir: no space left on device"}},
 		{Bully: &bully.Message{Type: bully.MsgResign, From: bully.Node{ID: 1, Name: "a"}, To: bully.Node{ID: 2, Name: "b"},
 			Term: 4, Hold: true, HoldFor: 1 << 40, Successor: bully.Node{ID: 3, Name: "c"}}},
 		{Bully: &bully.Message{Type: bully.MsgCoordinator, From: bully.Node{ID: 3, Name: "c"}, To: bully.Node{ID: 2, Name: "b"},

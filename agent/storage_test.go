@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,12 +14,14 @@ import (
 )
 
 // TestFullDataDirKeepsAgentServing runs three real agents, n2's data dir on
-// a small tmpfs, and fills it. When n3 resigns and names n2 its successor,
-// n2 cannot store the new term's epoch: it must not stop (before, the
-// agent exited at that write, and at every term change after a restart),
-// nor lead, but go on serving its socket, say why in its status, be listed
-// by the others as storage-failed and not eligible while n1 takes the term,
-// and be eligible again once space is freed. Root only (it mounts a tmpfs).
+// a small tmpfs, and fills it. A transfer of n3's term to n2 is refused
+// with the reason (n2 finds its disk full when the leader asks it whether
+// it can take the term), and n3 keeps its term. When n3 then resigns, n1
+// takes the term and n2 cannot store its grant: it must not stop (before,
+// the agent exited at a failed write, and at every term change after a
+// restart), nor lead, but go on serving its socket, say why in its status,
+// be listed by the others as storage-failed and not eligible, and be
+// eligible again once space is freed. Root only (it mounts a tmpfs).
 func TestFullDataDirKeepsAgentServing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
@@ -47,6 +50,17 @@ func TestFullDataDirKeepsAgentServing(t *testing.T) {
 	filler := filepath.Join(full, "filler")
 	if err := tmpfs.Fill(filler); err != nil {
 		t.Fatal(err)
+	}
+
+	// n2 has not written since its disk filled: asked whether it can
+	// take the term, it finds out, and the transfer is refused.
+	err := socketCall(c.agents["n3"], func(ctx context.Context, cl *rpc.Client) error { return cl.Transfer(ctx, "n2") })
+	if err == nil || !strings.Contains(err.Error(), "cannot write its data dir") {
+		t.Fatalf("transfer to n2 with its disk full: %v; want a refusal that says why", err)
+	}
+	t.Logf("the transfer to n2 was refused: %v", err)
+	if e := c.waitLeader("n3", 20*time.Second); e != first {
+		t.Fatalf("n3 leads epoch %d after the refused transfer, not its term %d", e, first)
 	}
 
 	if err := socketCall(c.agents["n3"], func(ctx context.Context, cl *rpc.Client) error { return cl.Resign(ctx) }); err != nil {

@@ -13,12 +13,13 @@ import (
 
 // Transfer makes the leader hand its term to the member name: this node
 // does it when it leads, else it forwards the request to the leader it
-// knows, as ForceLeave does. The leader first asks name for its roster
-// over the peer transport, and keeps its term if name does not answer
-// within a peer round trip (frozen, killed, or cut off from it: a
-// successor that cannot answer cannot take the term, and the cluster
-// would spend the transfer window, then move leadership to a node the
-// operator did not ask for). Then it resigns as for Resign (its local
+// knows, as ForceLeave does. The leader first asks name over the peer
+// transport whether it can take the term (askCanTake), and keeps its term
+// if name does not answer within a peer round trip (frozen, killed, or
+// cut off from it) or answers that it cannot (it may not lead, or its
+// data dir cannot be written): such a successor cannot take the term, and
+// the cluster would spend the transfer window, then move leadership to a
+// node the operator did not ask for. Then it resigns as for Resign (its local
 // work stops before the lease is released) and names name as successor
 // in its RESIGN; name takes over at once, and nodes that outrank it do
 // not preempt that term. Success means the leader resigned and handed
@@ -27,7 +28,8 @@ import (
 // since it answered), and then the normal election picks the leader.
 // Asked to transfer to the leader itself, it does nothing. Errors wrap
 // rpc.ErrNotFound (no such member, or not alive), rpc.ErrInvalidArgument
-// (it may not lead, or did not answer the leader) or rpc.ErrNoLeader.
+// (it may not lead, or did not answer the leader, or cannot take the term)
+// or rpc.ErrNoLeader.
 func (a *Agent) Transfer(ctx context.Context, name string) error {
 	if err := a.checkSuccessor(name); err != nil {
 		return err
@@ -65,7 +67,11 @@ func (a *Agent) transferHere(ctx context.Context, name string) (bully.Node, erro
 	if err != nil || to.IsZero() {
 		return leader, err
 	}
-	if err := a.askAlive(ctx, to, wait); err != nil {
+	var refused *cannotTake
+	switch err := a.askCanTake(ctx, to, wait); {
+	case errors.As(err, &refused):
+		return bully.Node{}, fmt.Errorf("%w: %q answered that %v; the leader keeps the term", errTransferSilent, name, err)
+	case err != nil:
 		return bully.Node{}, fmt.Errorf("%w: %q did not answer the leader within %v (%v); the leader keeps the term", errTransferSilent, name, wait, err)
 	}
 	if derr := a.do(ctx, func() {
@@ -83,9 +89,10 @@ const maxPassOver = 2
 
 // askSuccessor runs before a leader resigns, for Resign, Drain and a
 // graceful stop: it asks the node the RESIGN would name as natural
-// successor whether it answers (askAlive, bounded by the peer wait), and
-// has the core pass over one that does not (frozen, killed, or cut off
-// from this node while gossip lists it alive), up to maxPassOver nodes.
+// successor whether it can take the term (askCanTake, bounded by the peer
+// wait), and has the core pass over one that does not answer (frozen,
+// killed, or cut off from this node while gossip lists it alive) or
+// cannot (its data dir cannot be written), up to maxPassOver nodes.
 // The RESIGN then names a node that answered, or one not asked, and takes
 // over at once; before, a frozen natural successor left the cluster
 // without a leader for the transfer window and then an election that
@@ -101,15 +108,20 @@ func (a *Agent) askSuccessor(ctx context.Context) error {
 		}); err != nil || s.IsZero() {
 			return err
 		}
-		err := a.askAlive(ctx, s, wait)
-		if err == nil {
+		err := a.askCanTake(ctx, s, wait)
+		var refused *cannotTake
+		switch {
+		case err == nil:
 			return nil
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return fmt.Errorf("agent: ask the natural successor %s: %w", s.Name, ctx.Err())
+		case errors.As(err, &refused):
+			a.log.Warn("the natural successor cannot take the term; resigning past it",
+				"successor", s.Name, "err", err)
+		default:
+			a.log.Warn("the natural successor did not answer; resigning past it",
+				"successor", s.Name, "wait", wait, "err", err)
 		}
-		a.log.Warn("the natural successor did not answer; resigning past it",
-			"successor", s.Name, "wait", wait, "err", err)
 		a.counts.add("resign.passed_over")
 		if err := a.do(ctx, func() { a.core.passOver(a.cfg.Clock.Now(), s) }); err != nil {
 			return err
@@ -118,15 +130,29 @@ func (a *Agent) askSuccessor(ctx context.Context) error {
 	return nil
 }
 
-// askAlive asks n for its roster over the peer transport and waits at
-// most wait for the answer: an agent that answers has a running driver
-// (a frozen or killed one does not). A roster fetch is a request every
-// agent version answers.
-func (a *Agent) askAlive(ctx context.Context, n bully.Node, wait time.Duration) error {
+// cannotTake is the answer of a node a leader was about to name
+// successor that cannot take the term now: why, as it said.
+type cannotTake struct{ why string }
+
+func (e *cannotTake) Error() string { return e.why }
+
+// askCanTake asks n, which this leader is about to name successor,
+// whether it can take the term now (core.canTake), and waits at most wait
+// for the answer. An agent that answers has a running driver (a frozen or
+// killed one does not); one that answers no gives its reason, as a
+// *cannotTake error. An agent of an older release answers with an
+// empty envelope: yes.
+func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	_, _, err := a.call(ctx, n, envelope{RosterFetch: true})
-	return err
+	rep, _, err := a.call(ctx, n, envelope{CanTake: true})
+	if err != nil {
+		return err
+	}
+	if r := rep.CanTakeReply; r != nil && r.Refused != "" {
+		return &cannotTake{why: r.Refused}
+	}
+	return nil
 }
 
 // serveTransfer answers a transfer forwarded by another node, as

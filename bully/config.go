@@ -50,7 +50,9 @@ type Config struct {
 	// half an election timeout rather than after the refusing promises.
 	// It should cover the successor's lease round and its COORDINATOR; a
 	// successor that has not taken over by then is left behind and the
-	// normal election proceeds. Zero means CoordinatorTimeout.
+	// normal election proceeds, as it does at once when gossip stops
+	// listing the successor alive and eligible (SetMembers). Zero means
+	// CoordinatorTimeout.
 	TransferWindow time.Duration
 	// AnnounceInterval is how often a leader repeats its COORDINATOR to every
 	// live member, so a node that missed the announcement (a lost message, a

@@ -224,6 +224,25 @@ func (m *Machine) await(now time.Time, s Node) {
 	}
 }
 
+// stopAwaitingGone ends the wait for a named successor that gossip no
+// longer lists alive and eligible (it left or failed, was drained, or its
+// data dir cannot be written): it will not take the term, and waiting out
+// the transfer window would only leave the cluster without a leader for
+// longer. Campaigning sooner changes no lease rule: the lease round still
+// decides, and a successor that takes over all the same wins as before.
+func (m *Machine) stopAwaitingGone(now time.Time) {
+	if !m.awaiting(now) {
+		return
+	}
+	if p, ok := m.live[m.ho.to.Name]; ok && p.Node == m.ho.to && p.Eligible {
+		return
+	}
+	m.ho.until = now
+	if m.state == StateFollower && m.leader.IsZero() {
+		m.scheduleCampaign(now)
+	}
+}
+
 // awaiting reports whether this node leaves the election to a successor.
 func (m *Machine) awaiting(now time.Time) bool {
 	return !m.ho.to.IsZero() && now.Before(m.ho.until)

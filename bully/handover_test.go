@@ -457,3 +457,48 @@ func TestNaturalHandoverSkipsTheElection(t *testing.T) {
 		t.Fatalf("the restarted n5 did not preempt the natural successor's term %d (now %d)", handed, got)
 	}
 }
+
+// TestAwaitEndsWhenSuccessorGoes: the others leave the election to a named
+// successor for the transfer window only while gossip lists it alive and
+// eligible. One that leaves, fails or becomes ineligible (drained, or its
+// data dir failed) after it was named will not take the term: the next
+// node leads before the window would have ended.
+func TestAwaitEndsWhenSuccessorGoes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		gone func(s *sim)
+	}{
+		{"stopped", func(s *sim) { s.crash("n2") }},
+		{"ineligible", func(s *sim) { s.setEligible("n2", false) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, true)
+			names := s.startCluster(4)
+			s.run(4 * time.Second)
+			s.agree("n4", names...)
+			s.nodes["n2"].mute = true // named, it does not take over
+			cfg := s.nodes["n4"].m.cfg
+			act := s.now
+			if err := s.nodes["n4"].m.ResignWith(s.now, Handover{Successor: s.nodes["n2"].member.Node}); err != nil {
+				t.Fatal(err)
+			}
+			s.flush("n4")
+			s.run(cfg.ElectionTimeout / 5) // the RESIGN is delivered
+			if !s.nodes["n3"].m.awaiting(s.now) {
+				t.Fatal("n3 does not leave the election to n2")
+			}
+			c.gone(s)
+			for s.now.Before(act.Add(cfg.transferWindow())) {
+				s.tick()
+				if got := s.leaders(); len(got) > 0 {
+					if !slices.Equal(got, []string{"n3"}) {
+						t.Fatalf("leaders %v after n2 went; want n3", got)
+					}
+					t.Logf("n3 leads %v after the act (the transfer window: %v)", s.now.Sub(act), cfg.transferWindow())
+					return
+				}
+			}
+			t.Fatalf("no leader within the transfer window of a successor gossip no longer lists\n%s", s.dump())
+		})
+	}
+}

@@ -199,6 +199,7 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			m.send(m.coordinator(n))
 		}
 	}
+	m.stopAwaitingGone(now)
 	m.rescheduleFirst(now)
 }
 

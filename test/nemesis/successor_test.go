@@ -22,12 +22,14 @@ const stalledHold = 15 * time.Second
 // cannot take it. For a transfer asked on the leader: the named node is
 // paused (SIGSTOP) or killed just before the act, so that gossip still
 // lists it alive, and the leader, finding that it does not answer, must
-// refuse and keep its term; or the named node is cut off from every node
-// but the leader, so that it answers the leader but cannot win a lease
-// round. For a resign (with a 3 s --hold), the natural successor, the
-// running node of highest ID after the leader, is paused, or its disk is
-// full: it answers the leader, but cannot store the epoch of the term it
-// is handed, so it must not lead and must not exit. Where the
+// refuse and keep its term; or its disk is full (it learns so when the
+// leader asks whether it can take the term, and says so), and the leader
+// must refuse with that reason and keep its term; or the named node is
+// cut off from every node but the leader, so that it answers the leader
+// but cannot win a lease round. For a resign (with a 3 s --hold), the
+// natural successor, the running node of highest ID after the leader, is
+// paused, or its disk is full (the leader passes over it and names the
+// next node); it must not lead, and must not exit. Where the
 // leader hands over, the others leave the election to the successor for
 // the transfer window only: another node must hold the lease within the
 // liveness budget (TTL plus the election bound) of the act, and keep its
@@ -45,6 +47,7 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 		{"transfer-pause", Step{Kind: FaultTransfer, Under: FaultPause, OnSuccessor: true, Hold: stalledHold}, "did not answer the leader", true},
 		{"transfer-kill", Step{Kind: FaultTransfer, Under: FaultKill, OnSuccessor: true, Hold: stalledHold}, "did not answer the leader", true},
 		{"transfer-cut", Step{Kind: FaultTransfer, Under: FaultCutSuccessor, OnSuccessor: true, Hold: stalledHold}, "did not take the term: this node sees", false},
+		{"transfer-disk-full", Step{Kind: FaultTransfer, Under: FaultDiskFull, OnSuccessor: true, Hold: stalledHold}, "cannot write its data dir", true},
 		{"resign-pause", Step{Kind: FaultResign, Under: FaultPause, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
 		{"resign-disk-full", Step{Kind: FaultResign, Under: FaultDiskFull, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
 	} {
