@@ -457,6 +457,7 @@ func (c *core) recover(now time.Time) error {
 func (c *core) process(now time.Time) {
 	defer c.forgetMootReasons()
 	defer c.traceState()
+	c.noteRosterStep(now)
 	for {
 		rd := c.m.Ready()
 		if rd.RefusedEpoch != 0 {

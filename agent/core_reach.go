@@ -25,6 +25,47 @@ type reach struct {
 	replied map[string]bool
 	cutOff  bool      // the last probe reached too few voters, and no late answers made up for it
 	proven  time.Time // when a probe last reached a majority
+	// step is the roster step the proof is for, and the claims this node
+	// heard as leader (noteRosterStep).
+	step rosterStep
+}
+
+// rosterStep names one step of a roster.
+type rosterStep struct {
+	cluster        string
+	version, epoch uint64
+}
+
+func stepOf(r leasing.Roster) rosterStep { return rosterStep{r.ClusterID, r.Version, r.Epoch} }
+
+// noteRosterStep voids, when the roster changed, what was proven against
+// the old one: this node's proof that it reaches a majority of the voters
+// (it claims leadership from a lower leader only with fresh proof, and
+// probes again), and, as leader, the claims of higher nodes it heard
+// (bully.Machine.ForgetClaims). A node that reached a majority of one
+// voter set may not reach one of the next: in core schedule 272,725 a
+// node cut off from all but the leader reached a majority of [leader,
+// itself, one more]; the leader changed the voters to four, yielded to it
+// on the claims it had made before, and it could not take the term,
+// which went back to the node that had resigned it moments before.
+func (c *core) noteRosterStep(now time.Time) {
+	st := stepOf(c.roster())
+	if st == c.reach.step {
+		return
+	}
+	c.reach.step, c.reach.proven = st, time.Time{}
+	c.m.ForgetClaims()
+	c.tellReach(now)
+}
+
+// tellReach tells the election what this node knows of its reach of the
+// voters.
+func (c *core) tellReach(now time.Time) {
+	if c.quorumMode() && c.roster().IsZero() {
+		c.m.SetReach(true, false) // no roster: it cannot lead, so it holds nobody up
+		return
+	}
+	c.m.SetReach(c.reach.cutOff, c.mayClaim(now))
 }
 
 // probeReach starts a probe when one is due and concludes the one in
@@ -41,11 +82,7 @@ func (c *core) probeReach(now time.Time) {
 	if rc.sent.IsZero() && !now.Before(rc.next) && c.wantsProbe(now) {
 		c.startProbe(now)
 	}
-	if c.quorumMode() && c.roster().IsZero() {
-		c.m.SetReach(true, false) // no roster: it cannot lead, so it holds nobody up
-		return
-	}
-	c.m.SetReach(rc.cutOff, c.mayClaim(now))
+	c.tellReach(now)
 }
 
 // wantsProbe: an eligible follower probes when the answer matters to the

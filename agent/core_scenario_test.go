@@ -361,6 +361,29 @@ func TestRandomQuorumSchedules(t *testing.T) {
 	}
 }
 
+// TestSchedulesThatFoundBugs replays, in every test run, the random
+// schedules that found a bug since the simulation's draws last changed
+// (docs/RELIABILITY.md tells each story), under their own names, so with
+// their own seeds: 231,357 (a later roster step of one version that did
+// not spread) and 272,725 (a leader that yielded on claims made against
+// an older voter set). A change to the schedules' draws makes them new
+// schedules, which then need not find the old bugs.
+func TestSchedulesThatFoundBugs(t *testing.T) {
+	for _, i := range []int{231357, 272725} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			runSchedule(renamedT{t, fmt.Sprintf("TestRandomQuorumSchedules/%d", i)}, i, false)
+		})
+	}
+}
+
+// renamedT is t under another test's name (which seeds a schedule).
+type renamedT struct {
+	testing.TB
+	name string
+}
+
+func (r renamedT) Name() string { return r.name }
+
 // TestRandomSchedulesFindEagerRelease replays the old driver, which sent a
 // term's release before its tenure run command had stopped: the random
 // schedules must find the overlap (docs/RELIABILITY.md).

@@ -251,17 +251,24 @@ func (m *Machine) win() {
 
 // checkPreempt makes the leader yield to a higher eligible node that has
 // been live, and claimed leadership in answer to every COORDINATOR, for
-// Stabilization: at least twice, the latest claim recent. Gossip's word
-// that a node is alive is not enough: a node cut off from the voters (or
-// frozen) does not claim, and yielding to it would leave the cluster
-// without a leader. The highest such node is named successor.
+// Stabilization: at least twice, and in answer to the latest one. Gossip's
+// word that a node is alive is not enough: a node cut off from the voters
+// (or frozen) does not claim, and yielding to it would leave the cluster
+// without a leader. A claim that answered only an earlier COORDINATOR does
+// not count until the claimant answers again: it may have stopped
+// claiming since (its reach probe found it cut off), and a leader that
+// yielded on its earlier answers handed its term to a node that could not
+// take it (core schedule 272,725). A lost answer, which claimGap
+// tolerates, only puts the yield off to the next announcement. The
+// highest such node is named successor.
 func (m *Machine) checkPreempt(now time.Time) {
 	if !m.cfg.Preempt || m.ho.chosen {
 		return
 	}
+	announced := m.announce.Add(-m.cfg.AnnounceInterval) // the latest COORDINATOR to all
 	for _, p := range m.higher(now) {
 		c, ok := m.claims[p.Name]
-		if !ok || now.Sub(c.last) > m.claimGap() {
+		if !ok || now.Sub(c.last) > m.claimGap() || c.last.Before(announced) {
 			continue
 		}
 		since := p.since

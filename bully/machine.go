@@ -253,6 +253,14 @@ func (m *Machine) SetReach(cutOff, mayClaim bool) {
 	m.cutOff, m.mayClaim = cutOff, mayClaim && !cutOff
 }
 
+// ForgetClaims drops the claims of higher nodes this leader has heard: the
+// driver calls it when the voter set changes, as a claim says the
+// claimant reaches a majority of the voters it knew (see checkPreempt). A
+// node that reached a majority of the old set may not reach one of the
+// new, and a leader that yielded to it handed its term to a node that
+// could not take it.
+func (m *Machine) ForgetClaims() { clear(m.claims) }
+
 // SetRoundTrip gives the Machine the driver's current estimate of how long
 // a peer may take to answer a message: a retransmission timeout computed
 // from measured round trips, as TCP does (smoothed round trip plus four

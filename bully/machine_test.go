@@ -338,6 +338,43 @@ func TestCutOffHigherNodeNeitherBlocksNorPreempts(t *testing.T) {
 	}
 }
 
+// TestWithdrawnClaimIsNotYieldedTo: n3 claims leadership from n2 in
+// answer to two COORDINATORs, then finds itself cut off from the voters
+// and stops claiming before the stabilisation delay is over. n2 must not
+// hand its term over on the earlier claims (n3 could not take it): a
+// claim counts only once it answers the latest COORDINATOR. The timing is
+// the local profile's (announcements every second, a 2 s stabilisation
+// delay), where the stabilisation delay spans two announcements.
+func TestWithdrawnClaimIsNotYieldedTo(t *testing.T) {
+	s := newSim(t, true)
+	base := s.base
+	s.base = func(self Member) Config {
+		c := base(self)
+		c.AnnounceInterval, c.Stabilization, c.ElectionTimeout = time.Second, 2*time.Second, 200*time.Millisecond
+		return c
+	}
+	s.startCluster(3)
+	n3 := s.nodes["n3"].m
+	n3.SetReach(true, false)
+	cfg := s.nodes["n2"].m.cfg
+	s.run(cfg.StartupDelay + 2*time.Second)
+	first := s.agree("n2", "n1", "n3")
+	n3.SetReach(false, true)
+	n2 := s.nodes["n2"].m
+	end := s.now.Add(3 * cfg.AnnounceInterval)
+	for c := n2.claims["n3"]; !c.last.After(c.since); c = n2.claims["n3"] {
+		if s.now.After(end) {
+			t.Fatal("n3 does not claim")
+		}
+		s.tick()
+	}
+	n3.SetReach(true, false) // its next probe found it cut off
+	s.run(n2.claimGap() + cfg.Stabilization)
+	if got := s.agree("n2", "n1", "n3"); got != first {
+		t.Fatalf("n2's term changed from %d to %d: it yielded to n3 on claims n3 had stopped making", first, got)
+	}
+}
+
 // TestEpochJumpIsRefused: a message naming an epoch or term more than
 // MaxEpochJump above what the node has seen is dropped and reported, never
 // adopted: one forged ELECTION or COORDINATOR cannot throw the epochs far
