@@ -12,11 +12,13 @@ import (
 	"github.com/tenurehq/tenure/test/nemesis/check"
 )
 
-// stalledHold is how long the successor stays frozen or down: well past
-// the liveness budget, so that a cluster that waited for it would fail the
-// bound below, and past the resign hold of the node that handed over, so
+// stalledHold is how long the successor stays frozen or down: past the
+// liveness budget (7 s with the default TTL and election bound), so that a
+// cluster that waited for it would fail the bound below, and past the
+// resign hold of the node that handed over (3 s) and the stabilisation
+// delay and announcements after it (about 3 s with --timing local), so
 // that one that took the term back would be seen doing it.
-const stalledHold = 15 * time.Second
+const stalledHold = 10 * time.Second
 
 // TestHandOverToStalledSuccessor hands the leader's term to a node that
 // cannot take it. For a transfer asked on the leader: the named node is
