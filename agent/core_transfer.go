@@ -113,9 +113,10 @@ type canTakeReply struct {
 
 // canTake answers a leader about to name this node its successor: whether
 // it could take the term now. It cannot when it may not lead (configured
-// so, or drained), when its data dir cannot be written (a failure known
-// already, or the probe written now: a node learns that its disk filled
-// only at a write, and an observer writes nothing until it campaigns).
+// so, or drained), or when its data dir cannot be written (a failure
+// known already, or the probe written now: a node learns that its disk
+// filled only at a write, and an observer writes nothing until it
+// campaigns).
 // Named all the same, such a node would leave the cluster without a
 // leader for the transfer window (takeOver does nothing), and then the
 // election would pick a node the operator did not ask for. A failed probe
