@@ -253,6 +253,12 @@ func (m *Machine) SetReach(cutOff, mayClaim bool) {
 	m.cutOff, m.mayClaim = cutOff, mayClaim && !cutOff
 }
 
+// Observe tells the Machine of an epoch seen outside its own messages (a
+// lease request this node's voter answered): a term of its own then takes
+// a later one. The driver bounds the epochs it passes as Step bounds those
+// of messages (Config.MaxEpochJump).
+func (m *Machine) Observe(e uint64) { m.observe(e) }
+
 // ForgetClaims drops the claims of higher nodes this leader has heard: the
 // driver calls it when the voter set changes, as a claim says the
 // claimant reaches a majority of the voters it knew (see checkPreempt). A
