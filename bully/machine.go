@@ -254,8 +254,8 @@ func (m *Machine) SetReach(cutOff, mayClaim bool) {
 }
 
 // Observe tells the Machine of an epoch seen outside its own messages (a
-// lease request this node's voter answered): a term of its own then takes
-// a later one. The driver bounds the epochs it passes as Step bounds those
+// lease request this node's voter answered, or the floor a voter
+// reported): a term of its own then takes a later one. The driver bounds the epochs it passes as Step bounds those
 // of messages (Config.MaxEpochJump).
 func (m *Machine) Observe(e uint64) { m.observe(e) }
 
