@@ -371,15 +371,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}
-		if !c.epochJumps(env.Floor.Granted) {
-			// As in vote: this node's next round goes above it. The node
-			// next in line asks the voters while the leader lives (the
-			// lease watch), so a successor learns the epochs a failed
-			// round used while it was cut off from it: without this, a
-			// hand-over after a heal lost its first round to stale-epoch
-			// refusals (soak seed 5909: 165-194 ms, against 36-37 ms).
-			c.m.Observe(env.Floor.Granted)
-		}
+		c.observeEpoch(env.Floor.Granted)
 	case env.Named != nil:
 		rep := c.onNamed(now, *env.Named)
 		reply = &envelope{NamedReply: &rep}
@@ -407,15 +399,7 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 		c.reportJump(now, req.Candidate.Name, req.Epoch)
 		return refuse(leasing.ReasonEpochJump)
 	}
-	if !c.epochJumps(req.Epoch) {
-		// A round of this node's own takes a later epoch than any this
-		// voter has answered: its voter refuses one at or below them
-		// (stale-epoch), and so, most likely, do the others. Before, a
-		// node that had answered another's failed round (and its release)
-		// took the same epoch for its own next round and lost that round
-		// to the refusals (TestSeenEpochsAreNotReused).
-		c.m.Observe(req.Epoch)
-	}
+	c.observeEpoch(req.Epoch)
 	if c.amnesiac && req.Kind != leasing.Release {
 		if err := c.recover(now); err != nil {
 			c.storageFailed(now, err)

@@ -113,30 +113,28 @@ type canTakeReply struct {
 
 // canTake answers a leader about to name this node its successor: whether
 // it could take the term now. It cannot when it may not lead (configured
-// so, or drained), or when its data dir cannot be written (a failure
-// known already, or the probe written now: a node learns that its disk
-// filled only at a write, and an observer writes nothing until it
-// campaigns).
-// Named all the same, such a node would leave the cluster without a
-// leader for the transfer window (takeOver does nothing), and then the
-// election would pick a node the operator did not ask for. A failed probe
-// marks the data dir failed as any failed write does, so gossip says it
-// too. Its reach of the voters is not asked: the last probe's verdict may
-// be old (a follower of a higher leader does not probe), and a node named
-// probes again at once (TestTransferToNodeOnceCutOff).
+// so, or drained), or when its data dir cannot be written: a failure
+// known already, or one of the probe it writes now (a node learns that
+// its disk filled only at a write, and an observer writes nothing until
+// it campaigns). Named all the same, such a node would leave the cluster
+// without a leader for the transfer window (takeOver does nothing), and
+// then the election would pick a node the operator did not ask for. A
+// failed probe marks the data dir failed as any failed write does, so
+// gossip says it too. Its reach of the voters is not asked: the last
+// probe's verdict may be old (a follower of a higher leader does not
+// probe), and a node named probes again at once
+// (TestTransferToNodeOnceCutOff).
 func (c *core) canTake(now time.Time) *canTakeReply {
-	switch {
-	case !c.cfg.Eligible:
+	if !c.cfg.Eligible {
 		return &canTakeReply{Refused: "it may not lead (it runs with --eligible=false, or is drained)"}
-	case c.storage != nil:
-		return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", c.storage)}
 	}
-	if c.probe != nil {
+	if c.storage == nil && c.probe != nil {
 		if err := c.probe(); err != nil {
-			err = fmt.Errorf("probe the data dir: %w", err)
-			c.storageFailed(now, err)
-			return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", err)}
+			c.storageFailed(now, fmt.Errorf("probe the data dir: %w", err))
 		}
+	}
+	if c.storage != nil {
+		return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", c.storage)}
 	}
 	return &canTakeReply{}
 }
