@@ -362,8 +362,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	case env.PledgeReply != nil:
 		c.onPledgeReply(now, *env.PledgeReply)
 	case env.FloorQuery:
-		reply = &envelope{Floor: &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now),
-			Promise: c.promiseView(now)}}
+		reply = &envelope{Floor: c.answerFloor(now)}
 	case env.Floor != nil:
 		c.noteReply(env.Floor.From)
 		c.noteReadiness(now, *env.Floor)
@@ -371,7 +370,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
 			c.floors[env.Floor.From.Name] = env.Floor.Granted
 		}
-		c.observeEpoch(env.Floor.Granted)
+		c.observeEpoch(max(env.Floor.Granted, env.Floor.Floor))
 	case env.Named != nil:
 		rep := c.onNamed(now, *env.Named)
 		reply = &envelope{NamedReply: &rep}

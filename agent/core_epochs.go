@@ -35,6 +35,19 @@ func (c *core) observeEpoch(epoch uint64) {
 	}
 }
 
+// answerFloor answers a FloorQuery: this node's stored grant, its voter's
+// floor (above the grant after a release of a failed round it never
+// granted: a successor that heard only of the grant would take the
+// released round's epoch and lose its first round), whether it would
+// refuse to grant now, and its promise.
+func (c *core) answerFloor(now time.Time) *floorReply {
+	fr := &floorReply{From: c.cfg.Self, Granted: c.granted.Epoch(), Holding: c.holdingVote(now), Promise: c.promiseView(now)}
+	if c.grants != nil {
+		fr.Floor = c.grants.Floor()
+	}
+	return fr
+}
+
 // reportJump logs a refused epoch jump at ERROR, at most once per
 // interval with the count since the last line: a forged message cannot
 // flood the log.

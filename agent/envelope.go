@@ -101,6 +101,11 @@ type floorReply struct {
 	From    bully.Node `msgpack:"from"`
 	Granted uint64     `msgpack:"granted"`
 	Holding bool       `msgpack:"holding,omitempty"`
+	// Floor is the epoch a new term must exceed at this voter: Granted,
+	// or higher where a release named a later failed round (its released
+	// floor, leasing.Voter.Floor). Zero from a node with no vote, or from
+	// an older release, which sent Granted alone.
+	Floor uint64 `msgpack:"floor,omitempty"`
 	// Promise is the voter's promise, for the natural successor's lease
 	// watch (core_watch.go); nil from a node with no vote to give.
 	Promise *promiseView `msgpack:"promise,omitempty"`

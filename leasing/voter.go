@@ -166,6 +166,12 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 // released, whichever is higher.
 func (v *Voter) highest() uint64 { return max(v.store.Epoch(), v.releasedFloor) }
 
+// Floor returns the epoch a new term must exceed at this voter: the
+// highest it stored, or any release it applied named (a failed round
+// released without a grant here raises it too). Its refusals carry the
+// same value (Reply.Highest).
+func (v *Voter) Floor() uint64 { return v.highest() }
+
 func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
 	return !v.holder.IsZero() && v.holder != c && now.Before(v.expiry)
 }
