@@ -91,14 +91,20 @@ func (m *memGrants) Record(e uint64, ttl time.Duration) error {
 	return nil
 }
 
+// requester returns a builder of requests for roster r's cluster and
+// version, with TTL ttl.
+func requester(r Roster, ttl time.Duration) func(k Kind, c Node, e uint64) Request {
+	return func(k Kind, c Node, e uint64) Request {
+		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
+	}
+}
+
 func TestVoterRules(t *testing.T) {
 	a, b, v := Node{1, "a"}, Node{2, "b"}, Node{3, "v"}
 	r := Bootstrap([]Node{a, b, v})
 	t0 := time.Unix(0, 0)
 	ttl := time.Second
-	req := func(k Kind, c Node, e uint64) Request {
-		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := requester(r, ttl)
 	store := &memGrants{epoch: 4} // has granted before: holds for one TTL
 	vt := NewVoter(v, store, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
 	steps := []struct {
@@ -352,9 +358,7 @@ func TestRefusedCandidateWaitsForAcquiringRound(t *testing.T) {
 	r := Bootstrap([]Node{a, b, v})
 	t0 := time.Unix(0, 0)
 	ttl, budget := 10*time.Second, time.Second
-	req := func(k Kind, c Node, e uint64) Request {
-		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := requester(r, ttl)
 	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: ttl})
 	if rep := vt.Handle(t0, req(Acquire, a, 1), r); !rep.Granted {
 		t.Fatalf("first acquire refused: %+v", rep)
@@ -401,9 +405,7 @@ func TestOtherReleasesKeepResignedLeadersRelease(t *testing.T) {
 	r := Bootstrap([]Node{x, v})
 	t0 := time.Unix(0, 0)
 	ttl := time.Second
-	req := func(k Kind, c Node, e uint64) Request {
-		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := requester(r, ttl)
 	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
 	if rep := vt.Handle(t0, req(Acquire, x, 5), r); !rep.Granted {
 		t.Fatalf("x's acquire refused: %s", rep.Reason)

@@ -14,9 +14,7 @@ func TestLateMessagesOfEarlierTermKeepPromise(t *testing.T) {
 	r := Bootstrap([]Node{a, b, v})
 	t0 := time.Unix(0, 0)
 	ttl := time.Second
-	req := func(k Kind, e uint64) Request {
-		return Request{Kind: k, Candidate: a, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := func(k Kind, e uint64) Request { return requester(r, ttl)(k, a, e) }
 	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
 	for i, s := range []struct {
 		req   Request
@@ -46,9 +44,7 @@ func TestFloorCountsReleasedRounds(t *testing.T) {
 	r := Bootstrap([]Node{a, b, v})
 	t0 := time.Unix(0, 0)
 	ttl := time.Second
-	req := func(k Kind, c Node, e uint64) Request {
-		return Request{Kind: k, Candidate: c, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := requester(r, ttl)
 	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
 	if rep := vt.Handle(t0, req(Acquire, a, 3), r); !rep.Granted {
 		t.Fatalf("acquire of epoch 3 refused: %q", rep.Reason)

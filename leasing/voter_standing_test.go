@@ -14,9 +14,7 @@ func TestVoterStanding(t *testing.T) {
 	r := Bootstrap([]Node{a, v})
 	t0 := time.Unix(0, 0)
 	ttl := time.Second
-	req := func(k Kind, e uint64) Request {
-		return Request{Kind: k, Candidate: a, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version}
-	}
+	req := func(k Kind, e uint64) Request { return requester(r, ttl)(k, a, e) }
 	// Restarted: it holds for a TTL and grants nothing meanwhile.
 	vt := NewVoter(v, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl, Restarted: true})
 	if st := vt.Standing(t0); !st.Holder.IsZero() || !st.Free.Equal(t0.Add(ttl)) {
