@@ -30,16 +30,7 @@ type core struct {
 	granted leasing.GrantStore
 	traced  bully.State // the election state traceState last logged
 
-	// A voter that learned a roster naming itself from a peer (its bootstrap
-	// raced, or it lost its disk) may have granted before and forgotten. It
-	// votes only after one TTL (its old promises have run out by then), and
-	// only once a majority of the other voters told it the highest epoch
-	// they granted: any earlier term's epoch was stored on a majority, which
-	// that majority meets, so its floor is above every epoch used.
-	amnesiac bool
-	holdEnd  time.Time
-	floors   map[string]uint64 // replies to FloorQuery
-	queryAt  time.Time
+	amnesia amnesia // a voter that may have forgotten its grants (core_amnesia.go)
 
 	live  map[string]memberView // live members, self included
 	reach reach                 // whether the peer transport reaches a majority
@@ -82,18 +73,9 @@ type core struct {
 	// so it never bootstraps one of its own.
 	seenCluster bool
 	warned      map[string]bool
-	// Named leases (core_named.go): the table this node serves while it
-	// leads, the claims of its local sessions, and what happened to them.
-	table       *named.Table
-	claims      *named.Claims
-	namedEvents []named.Event
+	named       namedLeases // core_named.go
 	out         []outMsg
-	// storage is the last write to the data dir that failed, nil while
-	// writes succeed (core_storage.go); storageRetry is when the next
-	// write is tried, probe how (coreStores.probe).
-	storage      error
-	storageRetry time.Time
-	probe        func() error
+	disk        diskHealth // whether the data dir takes writes (core_storage.go)
 }
 
 // coreConfig is what a core needs from the agent's Config.
@@ -200,9 +182,9 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	if cfg.Consistency == Quorum {
 		m.SetReach(false, false) // no claim before a probe proves a majority
 	}
-	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges, probe: st.probe,
+	c := &core{cfg: cfg, log: log, m: m, epochs: epochs, granted: grants, rosters: st.rosters, pledges: st.pledges, disk: diskHealth{probe: st.probe},
 		live: map[string]memberView{}, warned: map[string]bool{}, left: map[string]bool{}, forced: map[string]time.Time{},
-		floors: map[string]uint64{}, seats: newSeats(), claims: named.NewClaims(toLeasing(cfg.Self), cfg.Lease.MaxDrift)}
+		seats: newSeats(), named: namedLeases{claims: named.NewClaims(toLeasing(cfg.Self), cfg.Lease.MaxDrift)}}
 	if cfg.Voter && cfg.Consistency == Quorum {
 		named := c.roster().Contains(toLeasing(cfg.Self))
 		c.grants = leasing.NewVoter(toLeasing(cfg.Self), grants, now,
@@ -222,8 +204,6 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 // within that ratio.
 const maxTTLFactor = 3
 
-// maxTTL is the longest TTL this node's voter accepts, and so the longest
-// promise it can ever have given under this configuration.
 // count tells cfg.Count of a lease event.
 func (c *core) count(event string) {
 	if c.cfg.Count != nil {
@@ -231,17 +211,9 @@ func (c *core) count(event string) {
 	}
 }
 
+// maxTTL is the longest TTL this node's voter accepts, and so the longest
+// promise it can ever have given under this configuration.
 func (c *core) maxTTL() time.Duration { return maxTTLFactor * c.cfg.Lease.TTL }
-
-// becomeAmnesiac makes this voter forget that it knows its floor: it votes
-// only after the longest promise it may have given has run out and enough
-// voters told it the highest epoch they granted (see core.amnesiac).
-func (c *core) becomeAmnesiac(now time.Time, why string) {
-	c.amnesiac, c.holdEnd = true, now.Add(c.maxTTL())
-	c.floors = map[string]uint64{}
-	c.log.Warn("this voter may have forgotten promises and grants: voting only after the longest lease TTL it accepts and a floor query",
-		"why", why, "hold", c.maxTTL())
-}
 
 // ready returns and clears the messages to send.
 func (c *core) ready() []outMsg {
@@ -367,8 +339,8 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 		c.noteReply(env.Floor.From)
 		c.noteReadiness(now, *env.Floor)
 		c.noteSighting(now, *env.Floor)
-		if c.amnesiac && c.roster().Contains(toLeasing(env.Floor.From)) {
-			c.floors[env.Floor.From.Name] = env.Floor.Granted
+		if c.amnesia.active && c.roster().Contains(toLeasing(env.Floor.From)) {
+			c.amnesia.floors[env.Floor.From.Name] = env.Floor.Granted
 		}
 		c.observeEpoch(max(env.Floor.Granted, env.Floor.Floor))
 	case env.Named != nil:
@@ -399,12 +371,12 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 		return refuse(leasing.ReasonEpochJump)
 	}
 	c.observeEpoch(req.Epoch)
-	if c.amnesiac && req.Kind != leasing.Release {
+	if c.amnesia.active && req.Kind != leasing.Release {
 		if err := c.recover(now); err != nil {
 			c.storageFailed(now, err)
 			return refuse(leasing.ReasonStorage)
 		}
-		if c.amnesiac {
+		if c.amnesia.active {
 			return refuse(leasing.ReasonRestarting)
 		}
 	}
@@ -436,23 +408,6 @@ func (c *core) fetchNamedRoster(req leasing.Request) {
 	c.out = append(c.out, outMsg{to: toBully(req.Candidate), env: envelope{RosterFetch: true}})
 }
 
-// recover ends an amnesiac voter's hold once its longest promise has run
-// out and it knows its floor: it records the floor as granted and votes
-// again. It is called on a vote and on every tick, so that a node outside
-// the roster, which gets no lease requests, recovers too (and may then be
-// promoted).
-func (c *core) recover(now time.Time) error {
-	if !c.amnesiac || now.Before(c.holdEnd) || !c.floorKnown() {
-		return nil
-	}
-	if err := c.granted.Raise(c.floor()); err != nil {
-		return fmt.Errorf("record the floor after a lost or raced roster: %w", err)
-	}
-	c.amnesiac = false
-	c.log.Info("voting again after a lost or raced roster", "floor", c.granted.Epoch())
-	return nil
-}
-
 // process carries out what the machine asks, in the order that keeps epochs
 // safe: persist the highest epoch, then queue messages, then lease work.
 func (c *core) process(now time.Time) {
@@ -469,12 +424,12 @@ func (c *core) process(now time.Time) {
 			c.log.Error("this node's epoch is the largest there is: it will not start a term; the epochs were driven up by a forged or corrupt message",
 				"epoch", rd.Epoch)
 		}
-		if c.storage == nil {
+		if c.disk.err == nil {
 			if err := c.epochs.Raise(rd.Epoch); err != nil {
 				c.storageFailed(now, fmt.Errorf("persist epoch %d: %w", rd.Epoch, err))
 			}
 		}
-		if c.storage != nil {
+		if c.disk.err != nil {
 			// The epoch may not be on disk, so no round may use it (I2);
 			// the machine, made ineligible, has stopped campaigning. The
 			// messages carry only epochs this node has seen, or the term

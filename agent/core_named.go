@@ -11,10 +11,19 @@ import (
 )
 
 // Named leases (package named; docs/DESIGN.md §9). The leader keeps the
-// table of its term (c.table); every node keeps the claims of its local
-// sessions (c.claims) and sends their requests to the leader it follows,
+// table of its term (c.named.table); every node keeps the claims of its local
+// sessions (c.named.claims) and sends their requests to the leader it follows,
 // addressed to that leader's term. A leader's own sessions are served
 // without the network.
+
+// namedLeases is a core's part in named leases: the table it serves while
+// it leads, the claims of its local sessions, and what happened to them
+// since the driver last asked.
+type namedLeases struct {
+	table  *named.Table // nil unless this node leads (namedTable)
+	claims *named.Claims
+	events []named.Event
+}
 
 // MinNamedTTL is the shortest TTL of a named lease.
 const MinNamedTTL = time.Second
@@ -56,20 +65,20 @@ func (c *core) startTable(now time.Time, rd *leasing.Round) {
 	if rd.First() {
 		grace = 0 // the cluster's first term: nobody granted anything before
 	}
-	c.table = named.NewTable(named.Config{MinTTL: MinNamedTTL, MaxTTL: c.maxNamedTTL()}, rd.Epoch, now, grace)
+	c.named.table = named.NewTable(named.Config{MinTTL: MinNamedTTL, MaxTTL: c.maxNamedTTL()}, rd.Epoch, now, grace)
 }
 
 // namedTable returns the table while this node leads its term with a
 // valid lease, and drops it once the term is over.
 func (c *core) namedTable(now time.Time) *named.Table {
-	if c.table == nil {
+	if c.named.table == nil {
 		return nil
 	}
-	if !c.lease.acting || !c.leaseValid(now) || c.table.Term() != c.lease.epoch {
-		c.table = nil
+	if !c.lease.acting || !c.leaseValid(now) || c.named.table.Term() != c.lease.epoch {
+		c.named.table = nil
 		return nil
 	}
-	return c.table
+	return c.named.table
 }
 
 // onNamed answers a named-lease request as the leader of its term.
@@ -98,8 +107,8 @@ func (c *core) pushGrants(now time.Time, grants []named.Reply) {
 // onNamedReply takes the leader's answer (or pushed grant) for a local
 // session.
 func (c *core) onNamedReply(now time.Time, rep named.Reply) {
-	events, releases := c.claims.Handle(now, rep)
-	c.namedEvents = append(c.namedEvents, events...)
+	events, releases := c.named.claims.Handle(now, rep)
+	c.named.events = append(c.named.events, events...)
 	for _, r := range releases {
 		c.sendNamed(now, r)
 	}
@@ -107,7 +116,7 @@ func (c *core) onNamedReply(now time.Time, rep named.Reply) {
 
 // sendNamed sends a request of a local session to the leader.
 func (c *core) sendNamed(now time.Time, req named.Request) {
-	leader, _ := c.claims.Leader()
+	leader, _ := c.named.claims.Leader()
 	if toBully(leader) == c.cfg.Self {
 		c.onNamedReply(now, c.onNamed(now, req))
 		return
@@ -127,12 +136,12 @@ func (c *core) driveNamed(now time.Time) {
 	if st.Leader == c.cfg.Self && !c.leaseValid(now) {
 		leader, term = leasing.Node{}, 0
 	}
-	c.claims.SetLeader(now, leader, term)
+	c.named.claims.SetLeader(now, leader, term)
 	if t := c.namedTable(now); t != nil {
 		c.pushGrants(now, t.Tick(now))
 	}
-	c.namedEvents = append(c.namedEvents, c.claims.Expire(now)...)
-	for _, req := range c.claims.Due(now) {
+	c.named.events = append(c.named.events, c.named.claims.Expire(now)...)
+	for _, req := range c.named.claims.Due(now) {
 		c.sendNamed(now, req)
 	}
 }
@@ -169,14 +178,14 @@ func (c *core) namedWant(now time.Time, name string, session uint64, ttl time.Du
 	if ttl < MinNamedTTL || ttl > c.maxNamedTTL() {
 		return fmt.Errorf("%w: %v is not between %v and %v (%d times --lease-ttl)", errNamedTTL, ttl, MinNamedTTL, c.maxNamedTTL(), namedTTLFactor)
 	}
-	c.claims.Want(now, name, session, ttl, wait, p, group)
+	c.named.claims.Want(now, name, session, ttl, wait, p, group)
 	c.driveNamed(now)
 	return nil
 }
 
 // namedDrop ends a local session's claim on name, releasing it.
 func (c *core) namedDrop(now time.Time, name string, session uint64) {
-	if r, ok := c.claims.Drop(now, name, session); ok {
+	if r, ok := c.named.claims.Drop(now, name, session); ok {
 		c.sendNamed(now, r)
 	}
 }
@@ -184,14 +193,14 @@ func (c *core) namedDrop(now time.Time, name string, session uint64) {
 // namedAbandon ends a local session's claim on name; a held lease is not
 // released but left to run out at the leader (Claims.Abandon).
 func (c *core) namedAbandon(now time.Time, name string, session uint64) {
-	if r, ok := c.claims.Abandon(now, name, session); ok {
+	if r, ok := c.named.claims.Abandon(now, name, session); ok {
 		c.sendNamed(now, r)
 	}
 }
 
 // namedDropSession ends every claim of a local session.
 func (c *core) namedDropSession(now time.Time, session uint64) {
-	for _, r := range c.claims.DropSession(now, session) {
+	for _, r := range c.named.claims.DropSession(now, session) {
 		c.sendNamed(now, r)
 	}
 }
@@ -210,8 +219,8 @@ func (c *core) namedList(now time.Time) ([]named.Info, bully.Node, error) {
 
 // takeNamedEvents returns and clears what happened to local sessions.
 func (c *core) takeNamedEvents() []named.Event {
-	ev := c.namedEvents
-	c.namedEvents = nil
+	ev := c.named.events
+	c.named.events = nil
 	return ev
 }
 

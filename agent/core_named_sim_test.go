@@ -135,7 +135,7 @@ func (ns *namedSim) check(s *csim) {
 		if n.c == nil || !n.up {
 			continue // a crashed node's sessions are gone with it
 		}
-		for _, h := range n.c.claims.Holding(s.local(n, s.now)) {
+		for _, h := range n.c.named.claims.Holding(s.local(n, s.now)) {
 			holders[h.Name] = append(holders[h.Name], fmt.Sprintf("%s/%d(token %#x)", name, h.Session, h.Token))
 		}
 	}
@@ -156,8 +156,8 @@ func (ns *namedSim) dump(s *csim) string {
 			continue
 		}
 		now := s.local(n, s.now)
-		leader, term := n.c.claims.Leader()
-		fmt.Fprintf(&b, "  %s claims (to %s term %d): holding %v waiting %v\n", name, leader.Name, term, n.c.claims.Holding(now), n.c.claims.Waiting())
+		leader, term := n.c.named.claims.Leader()
+		fmt.Fprintf(&b, "  %s claims (to %s term %d): holding %v waiting %v\n", name, leader.Name, term, n.c.named.claims.Holding(now), n.c.named.claims.Waiting())
 		if t := n.c.namedTable(now); t != nil {
 			fmt.Fprintf(&b, "  %s table term %d grace ends in %v: %+v\n", name, t.Term(), t.GraceEnd().Sub(now), t.List(now))
 		}
@@ -187,7 +187,7 @@ func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
 			if !n.up || n.paused || !linked(node, leader) {
 				continue
 			}
-			for _, c := range n.c.claims.Waiting() {
+			for _, c := range n.c.named.claims.Waiting() {
 				w[c.Name] = true // a try-once claim is refused and gone by now
 			}
 		}
@@ -198,7 +198,7 @@ func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
 		for _, name := range s.order {
 			n := s.nodes[name]
 			if n.up {
-				for _, h := range n.c.claims.Holding(s.local(n, s.now)) {
+				for _, h := range n.c.named.claims.Holding(s.local(n, s.now)) {
 					held[h.Name] = true
 				}
 			}
@@ -244,7 +244,7 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 	}
 	s.collect(holder)
 	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
-	tok, _, ok := hn.c.claims.Valid(s.local(hn, s.now), "db", 1)
+	tok, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1)
 	if !ok {
 		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
 	}
@@ -254,16 +254,16 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 	s.collect(waiter)
 	s.crash(l)
 	s.run(4 * s.ttl)
-	if got, _, ok := hn.c.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
+	if got, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
 		t.Fatalf("after the leader's crash %s holds db: %v token %#x, want token %#x\n%s", holder, ok, got, tok, s.dump())
 	}
-	if _, _, ok := wn.c.claims.Valid(s.local(wn, s.now), "db", 2); ok {
+	if _, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); ok {
 		t.Fatalf("the waiter %s holds db too", waiter)
 	}
 	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
 	s.collect(holder)
 	s.run(500 * time.Millisecond)
-	got, _, ok := wn.c.claims.Valid(s.local(wn, s.now), "db", 2)
+	got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2)
 	if !ok || got <= tok {
 		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s", waiter, ok, got, tok, s.dump())
 	}

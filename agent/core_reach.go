@@ -143,7 +143,7 @@ func (c *core) startProbe(now time.Time) {
 func (c *core) probeReached() bool {
 	self := toLeasing(c.cfg.Self)
 	return c.roster().Satisfied(func(v leasing.Node) bool {
-		return (v == self && !c.amnesiac) || c.reach.replied[v.Name]
+		return (v == self && !c.amnesia.active) || c.reach.replied[v.Name]
 	})
 }
 

@@ -99,7 +99,7 @@ func (c *core) adoptRoster(now time.Time, r leasing.Roster) {
 // (fetched, or pushed by a leader), means that this voter may have
 // granted leases it no longer remembers: r names it, and is not the
 // bootstrap roster it pledged to, so its data dir was lost (or it took no
-// part in the bootstrap). It must then hold its vote (core.amnesiac).
+// part in the bootstrap). It must then hold its vote (core.amnesia).
 func (c *core) mayHaveGranted(r leasing.Roster) bool {
 	return r.Contains(toLeasing(c.cfg.Self)) && c.grants != nil && !c.pledgedTo(r)
 }
@@ -111,57 +111,4 @@ func sortedNames(m map[string]memberView) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// queryFloors asks the other voters, once a second while this voter is
-// amnesiac, for the highest epoch each has granted.
-func (c *core) queryFloors(now time.Time) {
-	if !c.amnesiac || c.floorKnown() || now.Before(c.queryAt) {
-		return
-	}
-	c.queryAt = now.Add(rosterFetchInterval)
-	c.askFloors()
-}
-
-// askFloors sends a FloorQuery to every other voter of the roster. Its
-// answers serve both the amnesiac's floor and the reach probe.
-func (c *core) askFloors() {
-	for _, v := range c.roster().Members() {
-		if n := toBully(v); n != c.cfg.Self {
-			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})
-		}
-	}
-}
-
-// floorKnown reports whether enough other voters answered the floor query:
-// in a set of n voters with majority m, any n-m+1 of them include one of
-// every majority (less this node), so they know every epoch a majority
-// stored. For a joint roster, in both sets.
-func (c *core) floorKnown() bool {
-	r := c.roster()
-	ok := c.enoughFloors(r.Voters)
-	if r.Joint() {
-		ok = ok && c.enoughFloors(r.Prev)
-	}
-	return ok
-}
-
-func (c *core) enoughFloors(set []leasing.Node) bool {
-	got := 0
-	for _, v := range set {
-		if _, ok := c.floors[v.Name]; ok && toBully(v) != c.cfg.Self {
-			got++
-		}
-	}
-	return got >= len(set)-(len(set)/2+1)+1
-}
-
-// floor is the highest epoch this voter must not grant at or below: the
-// highest the others reported, or this node has seen.
-func (c *core) floor() uint64 {
-	f := c.epochs.Epoch()
-	for _, e := range c.floors {
-		f = max(f, e)
-	}
-	return f
 }

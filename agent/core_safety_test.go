@@ -82,11 +82,11 @@ func TestVoterFileLostRosterKeptIsAmnesiac(t *testing.T) {
 	s.nodes["n2"].grants = &memStore{}
 	s.nodes["n2"].granted = 0
 	s.boot("n2", 0)
-	if !s.nodes["n2"].c.amnesiac {
+	if !s.nodes["n2"].c.amnesia.active {
 		t.Fatal("n2 lost its voter file but does not wait to learn its floor")
 	}
 	s.run(4 * s.ttl)
-	if s.nodes["n2"].c.amnesiac {
+	if s.nodes["n2"].c.amnesia.active {
 		t.Fatalf("n2 never learned its floor\n%s", s.dump())
 	}
 }

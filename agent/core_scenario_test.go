@@ -648,7 +648,7 @@ func TestWipedVoterHoldsItsVote(t *testing.T) {
 	if l := s.leader(); l != "" {
 		t.Fatalf("%s leads while the last epochs are unknown to the majority side", l)
 	}
-	if !s.nodes["n2"].c.amnesiac {
+	if !s.nodes["n2"].c.amnesia.active {
 		t.Fatalf("n2 votes again without knowing its floor")
 	}
 	s.heal()
@@ -685,7 +685,7 @@ func TestWipedVoterTakingPushedRosterHoldsItsVote(t *testing.T) {
 	if n2.rosters.r.IsZero() {
 		t.Fatalf("n2 learned no roster from the leader's push\n%s", s.dump())
 	}
-	if !n2.c.amnesiac {
+	if !n2.c.amnesia.active {
 		t.Fatalf("n2 stored the pushed roster %v, which names it, and votes at once", n2.rosters.r)
 	}
 	s.heal()
@@ -765,7 +765,7 @@ func (s *csim) beyondTolerance() bool {
 	}
 	return !newest.Satisfied(func(v leasing.Node) bool {
 		n := s.nodes[v.Name]
-		return n.up && !n.left && !n.c.amnesiac && v.Name != s.cutOff
+		return n.up && !n.left && !n.c.amnesia.active && v.Name != s.cutOff
 	})
 }
 

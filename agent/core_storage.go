@@ -20,18 +20,25 @@ import (
 // stopped again at each term change, and the applications on the host
 // lost the socket each time.
 
+// diskHealth is what a core knows of its data dir's writes.
+type diskHealth struct {
+	err   error        // the last write that failed, nil while writes succeed
+	retry time.Time    // when the next write is tried
+	probe func() error // how (coreStores.probe)
+}
+
 // storageRetryInterval is how often a node whose writes failed tries again.
 const storageRetryInterval = 5 * time.Second
 
 // storageFailed records a failed write to the data dir. The first failure
 // makes the node ineligible until a retry succeeds (retryStorage).
 func (c *core) storageFailed(now time.Time, err error) {
-	first := c.storage == nil
-	c.storage = err
+	first := c.disk.err == nil
+	c.disk.err = err
 	if !first {
 		return
 	}
-	c.storageRetry = now.Add(storageRetryInterval)
+	c.disk.retry = now.Add(storageRetryInterval)
 	c.count("storage.failed")
 	c.log.Error("cannot write the data dir: this node does not lead or campaign until a write succeeds; it still follows and answers queries",
 		"err", err, "retry_every", storageRetryInterval)
@@ -46,26 +53,26 @@ func (c *core) storageFailed(now time.Time, err error) {
 // could not be stored was declared writable again every interval and
 // failed at its next grant.
 func (c *core) retryStorage(now time.Time) {
-	if c.storage == nil || now.Before(c.storageRetry) {
+	if c.disk.err == nil || now.Before(c.disk.retry) {
 		return
 	}
-	c.storageRetry = now.Add(storageRetryInterval)
+	c.disk.retry = now.Add(storageRetryInterval)
 	epoch := c.m.Status().Epoch
 	if err := c.epochs.Raise(epoch); err != nil {
-		c.storage = fmt.Errorf("persist epoch %d: %w", epoch, err)
+		c.disk.err = fmt.Errorf("persist epoch %d: %w", epoch, err)
 		return
 	}
-	if c.probe != nil {
-		if err := c.probe(); err != nil {
-			c.storage = fmt.Errorf("probe the data dir: %w", err)
+	if c.disk.probe != nil {
+		if err := c.disk.probe(); err != nil {
+			c.disk.err = fmt.Errorf("probe the data dir: %w", err)
 			return
 		}
 	}
 	c.log.Info("the data dir can be written again", "epoch", epoch, "eligible", c.cfg.Eligible)
-	c.storage = nil
+	c.disk.err = nil
 	c.m.SetEligible(now, c.cfg.Eligible)
 }
 
 // storageFailure is the last failed write to the data dir, nil while writes
 // succeed.
-func (c *core) storageFailure() error { return c.storage }
+func (c *core) storageFailure() error { return c.disk.err }

@@ -25,22 +25,22 @@ func TestUnstoredGrantsKeepTheNodeFailed(t *testing.T) {
 	s.askSuccessor(s.nodes[l])
 	_ = s.nodes[l].c.resign(s.local(s.nodes[l], s.now))
 	s.collect(l)
-	for end := s.now.Add(3 * s.ttl); n1.c.storage == nil; s.tick() {
+	for end := s.now.Add(3 * s.ttl); n1.c.disk.err == nil; s.tick() {
 		if s.now.After(end) {
 			t.Fatalf("n1 stored no grant of the new term and reports no failed write\n%s", s.dump())
 		}
 	}
 	failedAt := s.now
 	for end := s.now.Add(6 * storageRetryInterval); s.now.Before(end); s.tick() {
-		if n1.c.storage == nil {
+		if n1.c.disk.err == nil {
 			t.Fatalf("%v after its grant could not be stored, n1 reports that writes succeed (and may lead) while its disk fails every write",
 				s.now.Sub(failedAt))
 		}
 	}
 	n1.grants.failed = false // space freed
-	for end := s.now.Add(2 * storageRetryInterval); n1.c.storage != nil; s.tick() {
+	for end := s.now.Add(2 * storageRetryInterval); n1.c.disk.err != nil; s.tick() {
 		if s.now.After(end) {
-			t.Fatalf("n1 still reports %v after its disk was freed", n1.c.storage)
+			t.Fatalf("n1 still reports %v after its disk was freed", n1.c.disk.err)
 		}
 	}
 }

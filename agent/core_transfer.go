@@ -128,13 +128,13 @@ func (c *core) canTake(now time.Time) *canTakeReply {
 	if !c.cfg.Eligible {
 		return &canTakeReply{Refused: "it may not lead (it runs with --eligible=false, or is drained)"}
 	}
-	if c.storage == nil && c.probe != nil {
-		if err := c.probe(); err != nil {
+	if c.disk.err == nil && c.disk.probe != nil {
+		if err := c.disk.probe(); err != nil {
 			c.storageFailed(now, fmt.Errorf("probe the data dir: %w", err))
 		}
 	}
-	if c.storage != nil {
-		return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", c.storage)}
+	if c.disk.err != nil {
+		return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", c.disk.err)}
 	}
 	return &canTakeReply{}
 }
@@ -148,7 +148,7 @@ func (c *core) canTake(now time.Time) *canTakeReply {
 // (core_storage.go).
 func (c *core) setEligible(now time.Time, eligible bool) {
 	c.cfg.Eligible = eligible
-	c.m.SetEligible(now, eligible && c.storage == nil)
+	c.m.SetEligible(now, eligible && c.disk.err == nil)
 	c.process(now)
 }
 

@@ -410,7 +410,7 @@ func (c *core) noteReadiness(now time.Time, f floorReply) {
 // of its restart hold (or has no vote at all): the answer to a readiness
 // probe.
 func (c *core) holdingVote(now time.Time) bool {
-	return c.grants == nil || c.amnesiac || c.grants.Holding(now)
+	return c.grants == nil || c.amnesia.active || c.grants.Holding(now)
 }
 
 // successorExists reports whether another live member could take this

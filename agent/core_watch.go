@@ -69,7 +69,7 @@ type promiseView struct {
 // to give (not a voter, or an amnesiac one, which does not know when it may
 // grant).
 func (c *core) promiseView(now time.Time) *promiseView {
-	if c.grants == nil || c.amnesiac {
+	if c.grants == nil || c.amnesia.active {
 		return nil
 	}
 	st := c.grants.Standing(now)
@@ -189,7 +189,7 @@ func (c *core) leaseEnd(now time.Time) time.Time {
 			free[name] = s.free
 		}
 	}
-	if w.selfPromised && !c.amnesiac && c.roster().Contains(toLeasing(c.cfg.Self)) {
+	if w.selfPromised && !c.amnesia.active && c.roster().Contains(toLeasing(c.cfg.Self)) {
 		free[c.cfg.Self.Name] = c.grants.Standing(now).Free
 	}
 	times := make([]time.Time, 0, len(free))

@@ -34,7 +34,7 @@ type envelope struct {
 	RosterUpdate *rosterUpdate `msgpack:"roster_update,omitempty"`
 	RosterAck    *rosterAck    `msgpack:"roster_ack,omitempty"`
 	// FloorQuery asks a voter for the highest epoch it has granted; Floor
-	// answers (see core.amnesiac).
+	// answers (see core.amnesia).
 	FloorQuery bool        `msgpack:"floor_query,omitempty"`
 	Floor      *floorReply `msgpack:"floor,omitempty"`
 	// Pledge asks a fresh voter to pledge to bootstrap this roster;

@@ -103,7 +103,7 @@ func (a *Agent) renewSession(s *lockSession) {
 	}
 	now := a.cfg.Clock.Now()
 	s.lastRenew = now
-	if tok, dl, ok := a.core.claims.Valid(now, s.name, s.id); ok {
+	if tok, dl, ok := a.core.named.claims.Valid(now, s.name, s.id); ok {
 		a.sessionEvent(s, rpc.LockEvent{State: rpc.LockRenewed, Token: tok, RemainingMS: dl.Sub(now).Milliseconds()})
 	}
 }
@@ -218,7 +218,7 @@ func (a *Agent) checkSessions(now time.Time) {
 
 // waitError says why a session's wait ended without the lease.
 func (a *Agent) waitError(s *lockSession) error {
-	if leader, _ := a.core.claims.Leader(); leader.Name == "" {
+	if leader, _ := a.core.named.claims.Leader(); leader.Name == "" {
 		return fmt.Errorf("%w: %q: no leader answered (no quorum?)", rpc.ErrNoLeader, s.name)
 	}
 	return fmt.Errorf("%w: %q was not granted within the wait", rpc.ErrTimeout, s.name)

@@ -27,11 +27,11 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	soon := func(t time.Time) bool { return !t.IsZero() && t.Before(now.Add(d)) }
 	st := c.m.Status()
 	switch {
-	case c.round != nil, c.stopping != nil, c.change != nil, c.amnesiac:
+	case c.round != nil, c.stopping != nil, c.change != nil, c.amnesia.active:
 		return false
-	case c.storage != nil && soon(c.storageRetry):
+	case c.disk.err != nil && soon(c.disk.retry):
 		return false // a node whose disk is full may stay so for hours: only its retry needs the tick
-	case soon(c.claims.Next()), c.table != nil && soon(c.table.Next()):
+	case soon(c.named.claims.Next()), c.named.table != nil && soon(c.named.table.Next()):
 		return false
 	case c.quorumMode() && c.roster().IsZero():
 		return false // bootstrapping, or fetching the roster
