@@ -19,63 +19,56 @@ import (
 // before anything that depends on them is sent. The driver (loop.go) runs it
 // over real sockets; core_sim_test.go runs many of them on a fake network.
 type core struct {
-	cfg     coreConfig
-	log     *slog.Logger
-	m       *bully.Machine
+	cfg coreConfig
+	log *slog.Logger
+	m   *bully.Machine // the election
+	out []outMsg       // messages to send (ready)
+
+	// What this node stores, and whether its data dir takes writes.
 	epochs  epochStore
 	rosters rosterStore
-	pledges rosterStore    // the roster this node pledged to bootstrap
-	boot    bootstrap      // pledges being collected (--expect)
-	grants  *leasing.Voter // nil unless this node votes
+	pledges rosterStore // the roster this node pledged to bootstrap
 	granted leasing.GrantStore
-	traced  bully.State // the election state traceState last logged
+	disk    diskHealth // core_storage.go
 
-	amnesia amnesia // a voter that may have forgotten its grants (core_amnesia.go)
+	// As a voter.
+	grants  *leasing.Voter // nil unless this node votes
+	amnesia amnesia        // it may have forgotten its grants (core_amnesia.go)
 
+	// What it knows of the others.
 	live  map[string]memberView // live members, self included
+	left  map[string]bool       // members gossip reports as having left
 	reach reach                 // whether the peer transport reaches a majority
 	watch leaseWatch            // the natural successor's watch of the leader's lease
 	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	rtt   roundTrips            // how long peers take to answer, for the election
 	jumps jumpReport            // refused epoch jumps, for the log
 
-	seq   uint64         // last lease round number
-	round *leasing.Round // acquire or renew round in flight
-	// lateRenewal is the leader's last renewal round that ran out of
-	// budget: answers that come later still count (addLateRenewal).
-	lateRenewal *leasing.Round
-	// abandoned are this node's recent acquire rounds that failed, by
-	// epoch, for releaseLateGrant.
-	abandoned map[uint64]abandonedRound
-	lease     struct {
+	// As candidate and leader.
+	rounds rounds // core_lease.go
+	lease  struct {
 		epoch    uint64    // the term being led; 0 when none
 		acting   bool      // the machine led the term (it may have acted)
 		deadline time.Time // end of validity on this node's clock
 		renewAt  time.Time
 		roster   leasing.Roster // the roster of the last won round
 	}
-	stopping *pendingStop  // a term ended whose release waits for local work to stop
-	relay    relayed       // a resigned leader's release, relayed with acquires
-	change   *rosterChange // roster step in flight (leader)
-	// committedJoint is the joint roster this leader saw stored on a
-	// majority of both its sets: only then may it propose the final one.
-	committedJoint leasing.Roster
-	changeRetry    time.Time            // no new step before
-	pushAt         time.Time            // next push of the roster to lagging members
-	left           map[string]bool      // members gossip reports as having left
-	forced         map[string]time.Time // voters force-left (by an operator, or leaving), and when
-	seats          seats                // what the leader tracks to manage the voter set
-	quorum         leasing.Quorum       // as of the last round
-	noQuorum       string               // why the last acquire failed, "" when it did not
-	fetchAt        time.Time            // next roster fetch, for a node without a roster
-	fetches        int                  // roster fetches sent: picks whom to ask next
+	stopping *pendingStop // a term ended whose release waits for local work to stop
+	relay    relayed      // a resigned leader's release, relayed with acquires
+	named    namedLeases  // core_named.go
+
+	// The roster: bootstrapping it, learning it, and (as leader) changing it.
+	boot bootstrap // pledges being collected (--expect)
 	// seenCluster: this node has seen a member of an established cluster,
 	// so it never bootstraps one of its own.
 	seenCluster bool
-	warned      map[string]bool
-	named       namedLeases // core_named.go
-	out         []outMsg
-	disk        diskHealth // whether the data dir takes writes (core_storage.go)
+	fetch       rosterFetch          // core_roster.go
+	steps       rosterSteps          // core_change.go
+	forced      map[string]time.Time // voters force-left (by an operator, or leaving), and when
+	seats       seats                // what the leader tracks to manage the voter set (core_voters.go)
+
+	traced bully.State     // the election state traceState last logged
+	warned map[string]bool // conditions reported once, by key
 }
 
 // coreConfig is what a core needs from the agent's Config.

@@ -9,6 +9,16 @@ import (
 	"github.com/tenurehq/tenure/leasing"
 )
 
+// rosterSteps are a leader's changes to the roster.
+type rosterSteps struct {
+	change *rosterChange // the step in flight
+	// committedJoint is the joint roster this leader saw stored on a
+	// majority of both its sets: only then may it propose the final one.
+	committedJoint leasing.Roster
+	retry          time.Time // no new step before
+	pushAt         time.Time // next push of the roster to lagging members
+}
+
 // rosterChange is a roster step the leader is committing.
 type rosterChange struct {
 	target leasing.Roster
@@ -27,25 +37,25 @@ var (
 // core_voters.go want. One step at a time.
 func (c *core) driveRoster(now time.Time) {
 	if !c.quorumMode() || !c.leaseValid(now) {
-		c.change = nil
+		c.steps.change = nil
 		return
 	}
-	if c.change != nil {
-		if !now.Before(c.change.budget) {
-			c.log.Warn("roster change not acknowledged in time; will retry", "roster", c.change.target.String())
-			c.change, c.changeRetry = nil, now.Add(c.cfg.Lease.RenewInterval())
+	if c.steps.change != nil {
+		if !now.Before(c.steps.change.budget) {
+			c.log.Warn("roster change not acknowledged in time; will retry", "roster", c.steps.change.target.String())
+			c.steps.change, c.steps.retry = nil, now.Add(c.cfg.Lease.RenewInterval())
 		}
 		return
 	}
-	if now.Before(c.changeRetry) {
+	if now.Before(c.steps.retry) {
 		return
 	}
 	if next, ok := c.nextRoster(now); ok {
 		c.propose(now, next)
 		return
 	}
-	if !now.Before(c.pushAt) {
-		c.pushAt = now.Add(rosterFetchInterval)
+	if !now.Before(c.steps.pushAt) {
+		c.steps.pushAt = now.Add(rosterFetchInterval)
 		c.pushRoster()
 	}
 }
@@ -65,7 +75,7 @@ func (c *core) nextRoster(now time.Time) (leasing.Roster, bool) {
 	r, term := c.roster(), c.lease.epoch
 	if r.Joint() {
 		switch {
-		case !sameRoster(c.committedJoint, r):
+		case !sameRoster(c.steps.committedJoint, r):
 			return r, true
 		case !sameRoster(c.lease.roster, r):
 			return leasing.Roster{}, false // the next renewal runs under the joint roster
@@ -82,11 +92,11 @@ func (c *core) propose(now time.Time, next leasing.Roster) {
 		return
 	}
 	c.log.Info("roster change proposed", "roster", next.String())
-	c.change = &rosterChange{target: next, acks: map[string]bool{}, budget: now.Add(2 * c.cfg.Lease.AcquireBudget)}
+	c.steps.change = &rosterChange{target: next, acks: map[string]bool{}, budget: now.Add(2 * c.cfg.Lease.AcquireBudget)}
 	u := rosterUpdate{From: c.cfg.Self, Term: c.lease.epoch, Roster: next}
 	for _, v := range next.Members() {
 		if toBully(v) == c.cfg.Self {
-			c.change.acks[v.Name] = true
+			c.steps.change.acks[v.Name] = true
 			continue
 		}
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{RosterUpdate: &u}})
@@ -96,7 +106,7 @@ func (c *core) propose(now time.Time, next leasing.Roster) {
 
 // onRosterAck counts an acknowledgement of the step in flight.
 func (c *core) onRosterAck(now time.Time, a rosterAck) {
-	ch := c.change
+	ch := c.steps.change
 	if ch == nil || a.Version != ch.target.Version || a.Epoch != ch.target.Epoch {
 		return
 	}
@@ -111,14 +121,14 @@ func (c *core) onRosterAck(now time.Time, a rosterAck) {
 // checkCommitted ends the step once a majority of both sets stored it, and
 // tells every live member of the final roster.
 func (c *core) checkCommitted(now time.Time) {
-	ch := c.change
+	ch := c.steps.change
 	if ch == nil || !ch.target.Satisfied(func(n leasing.Node) bool { return ch.acks[n.Name] }) {
 		return
 	}
-	c.change = nil
+	c.steps.change = nil
 	c.log.Info("roster change committed", "roster", ch.target.String())
 	if ch.target.Joint() {
-		c.committedJoint = ch.target
+		c.steps.committedJoint = ch.target
 		c.lease.renewAt = now // renew under the joint roster now (see nextRoster)
 		return
 	}

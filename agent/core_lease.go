@@ -9,6 +9,20 @@ import (
 	"github.com/tenurehq/tenure/leasing"
 )
 
+// rounds are this node's lease rounds, as candidate and as leader.
+type rounds struct {
+	seq     uint64         // last lease round number
+	current *leasing.Round // acquire or renew round in flight
+	// late is the leader's last renewal round that ran out of budget:
+	// answers that come later still count (addLateRenewal).
+	late *leasing.Round
+	// abandoned are this node's recent acquire rounds that failed, by
+	// epoch, for releaseLateGrant.
+	abandoned map[uint64]abandonedRound
+	quorum    leasing.Quorum // as of the last round
+	noQuorum  string         // why the last acquire failed, "" when it did not
+}
+
 // acquire runs the lease round that gates a won election. Available mode
 // grants at once.
 func (c *core) acquire(now time.Time, epoch uint64) {
@@ -19,7 +33,7 @@ func (c *core) acquire(now time.Time, epoch uint64) {
 	}
 	r := c.roster()
 	if r.IsZero() {
-		c.noQuorum = errNoRoster.Error()
+		c.rounds.noQuorum = errNoRoster.Error()
 		c.m.AcquireFailed(now, epoch, 0, 0)
 		return
 	}
@@ -34,19 +48,19 @@ func (c *core) acquire(now time.Time, epoch uint64) {
 // than slow. A renewal's answers that come after its budget still count
 // (addLateRenewal).
 func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leasing.Roster) {
-	c.seq++
+	c.rounds.seq++
 	budget := c.cfg.Lease.AcquireBudget
 	if kind == leasing.Acquire {
 		budget = c.peerWait(now)
 	}
-	c.round = leasing.NewRound(c.seq, kind, epoch, r, now, budget)
-	req := c.round.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
+	c.rounds.current = leasing.NewRound(c.rounds.seq, kind, epoch, r, now, budget)
+	req := c.rounds.current.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
 	if kind == leasing.Acquire {
 		req.Relayed = c.relayFor(now, epoch)
 	}
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
-			c.round.Add(c.vote(now, req))
+			c.rounds.current.Add(c.vote(now, req))
 			continue
 		}
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
@@ -62,23 +76,23 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 // of the 1 s budget, and rounds failed with no reply from any voter,
 // burning the epoch and racing the other candidates.
 func (c *core) dispatched(now time.Time) {
-	if c.round != nil {
-		c.round.Dispatched(now) // only the first flush after the round started counts
+	if c.rounds.current != nil {
+		c.rounds.current.Dispatched(now) // only the first flush after the round started counts
 	}
 }
 
 // addReply counts a voter's reply in the round in flight; a grant for an
 // acquire round that failed earlier is released (releaseLateGrant).
 func (c *core) addReply(now time.Time, rep leasing.Reply) {
-	if lr := c.lateRenewal; lr != nil && rep.Seq == lr.Seq {
+	if lr := c.rounds.late; lr != nil && rep.Seq == lr.Seq {
 		c.addLateRenewal(now, rep)
 		return
 	}
-	if c.round == nil || rep.Seq != c.round.Seq {
+	if c.rounds.current == nil || rep.Seq != c.rounds.current.Seq {
 		c.releaseLateGrant(rep)
 		return
 	}
-	c.round.Add(rep)
+	c.rounds.current.Add(rep)
 	c.evaluate(now)
 }
 
@@ -104,7 +118,7 @@ type abandonedRound struct {
 // work (stopwait.go), and a voter drops a promise only for the very
 // holder and epoch it names.
 func (c *core) releaseLateGrant(rep leasing.Reply) {
-	ab, ok := c.abandoned[rep.Epoch]
+	ab, ok := c.rounds.abandoned[rep.Epoch]
 	if !ok || !rep.Granted || rep.Seq != ab.seq || !ab.roster.Contains(rep.Voter) {
 		return
 	}
@@ -117,15 +131,15 @@ func (c *core) releaseLateGrant(rep leasing.Reply) {
 // abandon records a failed acquire round for releaseLateGrant, and forgets
 // those whose promises have run out by now.
 func (c *core) abandon(now time.Time, rd *leasing.Round) {
-	if c.abandoned == nil {
-		c.abandoned = map[uint64]abandonedRound{}
+	if c.rounds.abandoned == nil {
+		c.rounds.abandoned = map[uint64]abandonedRound{}
 	}
-	for e, ab := range c.abandoned {
+	for e, ab := range c.rounds.abandoned {
 		if now.Sub(ab.at) > abandonedFor*c.cfg.Lease.TTL {
-			delete(c.abandoned, e)
+			delete(c.rounds.abandoned, e)
 		}
 	}
-	c.abandoned[rd.Epoch] = abandonedRound{seq: rd.Seq, at: now, roster: rd.Roster}
+	c.rounds.abandoned[rd.Epoch] = abandonedRound{seq: rd.Seq, at: now, roster: rd.Roster}
 }
 
 // abandonedFor is how many of this node's TTLs a failed acquire's late
@@ -136,7 +150,7 @@ const abandonedFor = 3
 
 // evaluate concludes the round in flight once it is won or lost.
 func (c *core) evaluate(now time.Time) {
-	rd := c.round
+	rd := c.rounds.current
 	if rd == nil {
 		return
 	}
@@ -144,16 +158,16 @@ func (c *core) evaluate(now time.Time) {
 	if !won && !rd.Lost(now) {
 		return
 	}
-	c.round = nil
+	c.rounds.current = nil
 	if rd.Kind == leasing.Acquire || rd.Epoch == c.lease.epoch {
-		c.quorum = rd.Quorum() // not a renewal of a term that has ended
+		c.rounds.quorum = rd.Quorum() // not a renewal of a term that has ended
 	}
 	if newer, ok := rd.NewerRoster(); ok {
 		c.adoptNewer(now, newer)
 	}
 	switch {
 	case rd.Kind == leasing.Acquire && won:
-		c.noQuorum = ""
+		c.rounds.noQuorum = ""
 		c.lease.epoch = rd.Epoch
 		c.extend(rd)
 		c.count("lease.acquired")
@@ -176,12 +190,12 @@ func (c *core) evaluate(now time.Time) {
 		// A renewal of a term that has ended meanwhile.
 	case won:
 		c.extend(rd)
-		c.lateRenewal = nil
+		c.rounds.late = nil
 		c.count("lease.renewed")
 	default:
 		c.count("lease.renew_failed")
 		c.renewalFailed(now, rd)
-		c.lateRenewal = rd
+		c.rounds.late = rd
 		c.lease.renewAt = now.Add(c.cfg.Lease.RenewInterval() / 4)
 	}
 }
@@ -196,12 +210,12 @@ func (c *core) evaluate(now time.Time) {
 // loaded host: 0.6-1.4 s against the LAN profile's 1 s), every renewal
 // ran out before its majority came, and the leader lost a term it held.
 func (c *core) addLateRenewal(now time.Time, rep leasing.Reply) {
-	rd := c.lateRenewal
+	rd := c.rounds.late
 	rd.Add(rep)
 	if !rd.Won() {
 		return
 	}
-	c.lateRenewal = nil
+	c.rounds.late = nil
 	end := c.cfg.Lease.LeaderDeadline(rd.Sent)
 	if rd.Epoch != c.lease.epoch || !c.leading() || rd.Roster.String() != c.roster().String() ||
 		!end.After(c.lease.deadline) || !now.Before(end) {
@@ -212,7 +226,7 @@ func (c *core) addLateRenewal(now time.Time, rep leasing.Reply) {
 	if renewAt.Before(c.lease.renewAt) {
 		c.lease.renewAt = renewAt // a retry already due stays due
 	}
-	c.quorum = rd.Quorum()
+	c.rounds.quorum = rd.Quorum()
 	c.count("lease.renewed_late")
 	c.log.Debug("lease renewed by late answers", "epoch", rd.Epoch, "remaining", end.Sub(now))
 }
@@ -242,11 +256,11 @@ func (c *core) checkLease(now time.Time) {
 		c.log.Warn("lease expired without renewal: stepping down", "epoch", c.lease.epoch)
 		c.count("lease.expired")
 		epoch := c.lease.epoch
-		c.lease.epoch, c.quorum = 0, leasing.Quorum{}
+		c.lease.epoch, c.rounds.quorum = 0, leasing.Quorum{}
 		c.m.LeaseLost(now, epoch)
 		return
 	}
-	if c.round == nil && !now.Before(c.lease.renewAt) {
+	if c.rounds.current == nil && !now.Before(c.lease.renewAt) {
 		c.startRound(now, leasing.Renew, c.lease.epoch, c.roster())
 	}
 }
@@ -268,10 +282,10 @@ func (c *core) release(now time.Time, epoch uint64) {
 				held: c.holdResign(epoch)}
 		}
 		c.lease.epoch, c.lease.acting = 0, false
-		c.lease.deadline, c.quorum = time.Time{}, leasing.Quorum{}
+		c.lease.deadline, c.rounds.quorum = time.Time{}, leasing.Quorum{}
 	}
-	if c.round != nil && c.round.Epoch == epoch {
-		c.round = nil
+	if c.rounds.current != nil && c.rounds.current.Epoch == epoch {
+		c.rounds.current = nil
 	}
 	if c.quorumMode() && !deferred {
 		c.sendRelease(now, epoch, c.roster())

@@ -155,11 +155,11 @@ func (c *core) concludeProbe(now time.Time) {
 	switch {
 	case ok:
 		rc.proven = now
-		if strings.HasPrefix(c.noQuorum, unreachablePrefix) {
-			c.noQuorum = ""
+		if strings.HasPrefix(c.rounds.noQuorum, unreachablePrefix) {
+			c.rounds.noQuorum = ""
 		}
 	case c.m.Status().Leader.IsZero():
-		c.noQuorum = unreachablePrefix + ": " + c.describeSilent(now, c.probeSilent(), len(c.roster().Members()))
+		c.rounds.noQuorum = unreachablePrefix + ": " + c.describeSilent(now, c.probeSilent(), len(c.roster().Members()))
 	}
 	if ok == rc.cutOff {
 		c.log.Info("reachability of the voters changed", "reaches_majority", ok, "answered", len(rc.replied),

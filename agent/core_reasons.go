@@ -196,10 +196,10 @@ func (c *core) describeRound(now time.Time, rd *leasing.Round) string {
 // acquireFailed records why an acquire round failed, for status, and logs
 // the reason when it differs from the last one logged.
 func (c *core) acquireFailed(now time.Time, rd *leasing.Round) {
-	c.noQuorum = "no quorum: " + c.describeRound(now, rd)
-	if c.noQuorum != c.peers.logged {
-		c.peers.logged = c.noQuorum
-		c.log.Info("lease not acquired", "epoch", rd.Epoch, "reason", c.noQuorum)
+	c.rounds.noQuorum = "no quorum: " + c.describeRound(now, rd)
+	if c.rounds.noQuorum != c.peers.logged {
+		c.peers.logged = c.rounds.noQuorum
+		c.log.Info("lease not acquired", "epoch", rd.Epoch, "reason", c.rounds.noQuorum)
 	}
 }
 
@@ -229,14 +229,14 @@ func (c *core) probeSilent() []leasing.Node {
 // cluster, and would show again, stale, when that leader is gone.
 func (c *core) forgetMootReasons() {
 	if l := c.m.Status().Leader; !l.IsZero() && l != c.cfg.Self {
-		c.noQuorum, c.quorum = "", leasing.Quorum{}
+		c.rounds.noQuorum, c.rounds.quorum = "", leasing.Quorum{}
 	}
 }
 
 // statusQuorum is the count status reports: the last round of this node's
 // lease or campaign, or none, against the need of the roster.
 func (c *core) statusQuorum() leasing.Quorum {
-	q := c.quorum
+	q := c.rounds.quorum
 	if q.Need == 0 {
 		q.Need = c.roster().Need()
 	}

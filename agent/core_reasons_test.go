@@ -357,9 +357,9 @@ func TestFollowerReportsRosterNeed(t *testing.T) {
 	r.c.receive(r.now, envelope{Bully: &bully.Message{Type: bully.MsgCoordinator, From: n10, To: rigSelf,
 		Leader: n10, Term: 50, Epoch: 50}})
 	st := r.status()
-	if st.status.Leader != n10 || st.quorum != (leasing.Quorum{Need: 2}) || r.c.noQuorum != "" {
+	if st.status.Leader != n10 || st.quorum != (leasing.Quorum{Need: 2}) || r.c.rounds.noQuorum != "" {
 		t.Fatalf("following n10: leader %v, quorum %+v, stale reason %q; want n10, 0 of 2, no reason",
-			st.status.Leader, st.quorum, r.c.noQuorum)
+			st.status.Leader, st.quorum, r.c.rounds.noQuorum)
 	}
 }
 
@@ -393,7 +393,7 @@ func TestRoundBudgetCountsFromDispatch(t *testing.T) {
 	r.peers["n2"] = peerPlay{grant: true, hold: true}
 	r.peers["n3"] = peerPlay{grant: true, hold: true}
 	r.runUntil(5*time.Second, func(snapshot) bool { return len(r.held) > 0 })
-	rd := r.c.round
+	rd := r.c.rounds.current
 	if rd == nil || len(r.held) != 2 {
 		t.Fatalf("round %v, %d requests held: want a round in flight with its requests to n2 and n3", rd, len(r.held))
 	}
@@ -401,7 +401,7 @@ func TestRoundBudgetCountsFromDispatch(t *testing.T) {
 	// The epoch write took three quarters of a budget: the requests left then.
 	r.c.dispatched(rd.Sent.Add(3 * budget / 4))
 	r.run(budget + budget/4) // past a budget from the start, within one from the dispatch
-	if r.c.round != rd {
+	if r.c.rounds.current != rd {
 		t.Fatalf("the round ended %v after it started, before a budget (%v) had passed since its requests left", r.now.Sub(rd.Sent), budget)
 	}
 	r.peers["n2"] = peerPlay{grant: true}
@@ -454,10 +454,10 @@ func TestLateGrantOfFailedAcquireIsReleased(t *testing.T) {
 				acquire = &r.held[i]
 			}
 		}
-		return acquire != nil && r.c.round == nil
+		return acquire != nil && r.c.rounds.current == nil
 	})
-	if acquire == nil || r.c.round != nil || r.c.leaseValid(r.now) {
-		t.Fatalf("want n9's acquire to fail with n2's grant held (acquire held: %v, round in flight: %v)", acquire != nil, r.c.round != nil)
+	if acquire == nil || r.c.rounds.current != nil || r.c.leaseValid(r.now) {
+		t.Fatalf("want n9's acquire to fail with n2's grant held (acquire held: %v, round in flight: %v)", acquire != nil, r.c.rounds.current != nil)
 	}
 	late := func(rep leasing.Reply) []outMsg {
 		r.c.receive(r.now, envelope{LeaseReply: &rep})

@@ -10,6 +10,12 @@ import (
 	"github.com/tenurehq/tenure/leasing"
 )
 
+// rosterFetch is a node's asking for the roster (maybeFetchRoster).
+type rosterFetch struct {
+	at   time.Time // next fetch
+	sent int       // fetches sent: picks whom to ask next
+}
+
 // rosterFetchInterval is how often a node without a roster asks a member of
 // an established cluster for it.
 const rosterFetchInterval = time.Second
@@ -26,7 +32,7 @@ const rosterFetchInterval = time.Second
 // the other, and the highest node learned the roster 2.3 s after it
 // joined. It asks the members that are not voters of their roster first.
 func (c *core) maybeFetchRoster(now time.Time) {
-	if !c.quorumMode() || now.Before(c.fetchAt) {
+	if !c.quorumMode() || now.Before(c.fetch.at) {
 		return
 	}
 	mine := c.roster()
@@ -47,15 +53,15 @@ func (c *core) maybeFetchRoster(now time.Time) {
 	// agents started, each on a new TLS connection. Once this node has
 	// made as many fetches (since it started) as there are other holders,
 	// having asked each of them in turn, it asks the voters too.
-	if others := slices.DeleteFunc(slices.Clone(from), func(mv memberView) bool { return mv.Seated }); len(others) > c.fetches {
+	if others := slices.DeleteFunc(slices.Clone(from), func(mv memberView) bool { return mv.Seated }); len(others) > c.fetch.sent {
 		from = others
 	}
 	slices.SortFunc(from, func(a, b memberView) int { return strings.Compare(a.Name, b.Name) })
-	c.fetchAt = now.Add(rosterFetchInterval)
+	c.fetch.at = now.Add(rosterFetchInterval)
 	start := int(c.cfg.Self.ID % uint64(len(from)))
 	for range min(rosterFetchFanout, len(from)) {
-		mv := from[(start+c.fetches)%len(from)]
-		c.fetches++
+		mv := from[(start+c.fetch.sent)%len(from)]
+		c.fetch.sent++
 		c.log.Debug("fetching the roster", "from", mv.Name)
 		c.out = append(c.out, outMsg{to: mv.Node, env: envelope{RosterFetch: true}})
 	}

@@ -348,11 +348,11 @@ func TestMultiVoterStepRenewsUnderJoint(t *testing.T) {
 	s.waitLeader(10*time.Second, "n3")
 	n3 := s.nodes["n3"]
 	s.dropIf = func(f flight) bool {
-		return f.from == "n3" && f.env.Lease != nil && !n3.c.committedJoint.IsZero()
+		return f.from == "n3" && f.env.Lease != nil && !n3.c.steps.committedJoint.IsZero()
 	}
 	s.boot("n1", 0)
 	s.boot("n2", 0)
-	for end := s.now.Add(30 * time.Second); n3.c.committedJoint.IsZero(); s.tick() {
+	for end := s.now.Add(30 * time.Second); n3.c.steps.committedJoint.IsZero(); s.tick() {
 		if s.now.After(end) {
 			t.Fatalf("n1 and n2 not promoted\n%s", s.dump())
 		}

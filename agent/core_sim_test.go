@@ -738,7 +738,7 @@ func (s *csim) dump() string {
 		}
 		st := n.c.m.Status()
 		fmt.Fprintf(&b, "  %s state=%v leader=%q term=%d epoch=%d lease=%d valid=%v noquorum=%q roster=%v left=%v disk-failing=%v\n", name, st.State,
-			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.noQuorum, n.rosters.r, n.left, n.storageDown)
+			st.Leader.Name, st.Term, st.Epoch, n.c.lease.epoch, n.c.leaseValid(s.local(n, s.now)), n.c.rounds.noQuorum, n.rosters.r, n.left, n.storageDown)
 	}
 	cuts := []string{}
 	for k := range s.cut {

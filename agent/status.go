@@ -44,15 +44,15 @@ func (c *core) snapshot(now time.Time) snapshot {
 		s.state = "leader"
 	case st.State.Campaigning():
 		s.state = "candidate"
-	case st.Leader.IsZero() && c.noQuorum != "":
+	case st.Leader.IsZero() && c.rounds.noQuorum != "":
 		s.state = "no-quorum"
 	default:
 		s.state = "follower"
 	}
 	switch {
 	case !st.Leader.IsZero():
-	case c.noQuorum != "":
-		s.reason = c.noQuorum
+	case c.rounds.noQuorum != "":
+		s.reason = c.rounds.noQuorum
 	case st.State.Campaigning():
 		s.reason = "election in progress"
 	default:

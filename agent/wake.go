@@ -27,7 +27,7 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	soon := func(t time.Time) bool { return !t.IsZero() && t.Before(now.Add(d)) }
 	st := c.m.Status()
 	switch {
-	case c.round != nil, c.stopping != nil, c.change != nil, c.amnesia.active:
+	case c.rounds.current != nil, c.stopping != nil, c.steps.change != nil, c.amnesia.active:
 		return false
 	case c.disk.err != nil && soon(c.disk.retry):
 		return false // a node whose disk is full may stay so for hours: only its retry needs the tick
@@ -38,7 +38,7 @@ func (c *core) quiet(now time.Time, d time.Duration) bool {
 	case !c.reach.sent.IsZero(), c.watch.term != 0 && soon(c.watch.next):
 		return false
 	case st.State == bully.StateLeader:
-		return !soon(c.lease.renewAt) && !soon(c.lease.deadline) && !soon(c.changeRetry)
+		return !soon(c.lease.renewAt) && !soon(c.lease.deadline) && !soon(c.steps.retry)
 	case st.State != bully.StateFollower:
 		return false
 	case soon(c.m.Deadline()), c.wantsProbe(now) && !now.Add(d).Before(c.reach.next):
