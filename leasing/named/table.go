@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -388,12 +389,29 @@ func (t *Table) Tick(now time.Time) []Reply {
 // would only hand them from one live member to the next until its last
 // lease ran out.
 func (t *Table) rebalance(now time.Time) {
-	type member struct {
-		held  []string        // not being revoked, sorted by name
-		waits map[string]bool // the group's partitions it waits for
+	for _, g := range t.shareLoads() {
+		for _, part := range g.moves() {
+			t.names[part].revoking = true
+		}
 	}
-	groups := map[string]map[string]*member{}
-	parts := map[string]int{}
+}
+
+// shareLoad is a Share group as rebalance sees it: how many partitions it
+// has, and the members holding or waiting for them, by node name.
+type shareLoad struct {
+	parts   int
+	members map[string]*shareMember
+}
+
+// shareMember is a node's part in a Share group.
+type shareMember struct {
+	held  []string        // not being revoked, sorted by name
+	waits map[string]bool // the group's partitions it waits for
+}
+
+// shareLoads collects the load of the table's Share groups, by group name.
+func (t *Table) shareLoads() map[string]*shareLoad {
+	groups := map[string]*shareLoad{}
 	for _, name := range t.sorted() {
 		e := t.names[name]
 		if e.policy != Share || e.group == "" {
@@ -401,82 +419,87 @@ func (t *Table) rebalance(now time.Time) {
 		}
 		g := groups[e.group]
 		if g == nil {
-			g = map[string]*member{}
+			g = &shareLoad{members: map[string]*shareMember{}}
 			groups[e.group] = g
 		}
-		parts[e.group]++
-		add := func(node string) *member {
-			if g[node] == nil {
-				g[node] = &member{waits: map[string]bool{}}
-			}
-			return g[node]
-		}
+		g.parts++
 		if e.held {
-			m := add(e.holder.Node.Name)
+			m := g.member(e.holder.Node.Name)
 			if !e.revoking {
 				m.held = append(m.held, name)
 			}
 		}
 		for _, w := range e.waiters {
-			add(w.who.Node.Name).waits[name] = true
+			g.member(w.who.Node.Name).waits[name] = true
 		}
 	}
-	for group, members := range groups {
-		n, p := len(members), parts[group]
-		if n == 0 {
-			continue // only names nobody holds or waits for, about to go
+	return groups
+}
+
+// member returns node's entry in g, adding it if need be.
+func (g *shareLoad) member(node string) *shareMember {
+	m := g.members[node]
+	if m == nil {
+		m = &shareMember{waits: map[string]bool{}}
+		g.members[node] = m
+	}
+	return m
+}
+
+// moves returns the partitions of g to revoke, in order.
+func (g *shareLoad) moves() []string {
+	n := len(g.members)
+	if n == 0 {
+		return nil // only names nobody holds or waits for, about to go
+	}
+	nodes := slices.Sorted(maps.Keys(g.members))
+	// count is what each member holds once the moves made so far land (a
+	// revoked partition goes to a waiter as poor as the one it was
+	// revoked for, or poorer).
+	count := map[string]int{}
+	for _, node := range nodes {
+		count[node] = len(g.members[node].held)
+	}
+	low, high := g.parts/n, (g.parts+n-1)/n
+	var out []string
+	for {
+		poor, rich, part := g.nextMove(nodes, count, low, high)
+		if part == "" {
+			return out
 		}
-		low, high := p/n, (p+n-1)/n
-		nodes := make([]string, 0, n)
-		for node := range members {
-			nodes = append(nodes, node)
-		}
-		sort.Strings(nodes)
-		// count is what each member holds once the moves made so far
-		// land (a revoked partition goes to a waiter as poor as the one
-		// it was revoked for, or poorer).
-		count := map[string]int{}
-		for _, node := range nodes {
-			count[node] = len(members[node].held)
-		}
-		// nextMove is the partition to move next: for the poorest member
-		// that can be helped, from the richest member holding one it
-		// waits for, the last such by name; ties go to the first member
-		// by name. part is "" when nothing must move.
-		nextMove := func() (poor, rich, part string) {
-			byCount := func(sign int) []string {
-				out := slices.Clone(nodes)
-				slices.SortStableFunc(out, func(a, b string) int { return sign * cmp.Compare(count[a], count[b]) })
-				return out
+		out = append(out, part)
+		m := g.members[rich]
+		m.held = slices.DeleteFunc(m.held, func(s string) bool { return s == part })
+		delete(g.members[poor].waits, part)
+		count[rich]--
+		count[poor]++
+	}
+}
+
+// nextMove is the partition to move next: for the poorest member that can
+// be helped, from the richest member holding one it waits for, the last
+// such by name; ties go to the first member by name. part is "" when
+// nothing must move.
+func (g *shareLoad) nextMove(nodes []string, count map[string]int, low, high int) (poor, rich, part string) {
+	byCount := func(sign int) []string {
+		out := slices.Clone(nodes)
+		slices.SortStableFunc(out, func(a, b string) int { return sign * cmp.Compare(count[a], count[b]) })
+		return out
+	}
+	richest := byCount(-1)
+	for _, to := range byCount(1) {
+		for _, from := range richest {
+			if !(count[to] < low && count[from] > low || count[from] > high && count[to] < high) {
+				continue
 			}
-			richest := byCount(-1)
-			for _, to := range byCount(1) {
-				for _, from := range richest {
-					if !(count[to] < low && count[from] > low || count[from] > high && count[to] < high) {
-						continue
-					}
-					for _, name := range slices.Backward(members[from].held) {
-						if members[to].waits[name] {
-							return to, from, name
-						}
-					}
+			for _, name := range slices.Backward(g.members[from].held) {
+				if g.members[to].waits[name] {
+					return to, from, name
 				}
 			}
-			return "", "", ""
-		}
-		for {
-			poor, rich, part := nextMove()
-			if part == "" {
-				break
-			}
-			t.names[part].revoking = true
-			m := members[rich]
-			m.held = slices.DeleteFunc(m.held, func(s string) bool { return s == part })
-			delete(members[poor].waits, part)
-			count[rich]--
-			count[poor]++
 		}
 	}
+	return "", "", ""
 }
 
 // DropNode removes every waiter on node (its agent failed or left): no
