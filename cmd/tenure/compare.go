@@ -96,12 +96,8 @@ func runCompare(ctx context.Context, w io.Writer, opts demoOptions) (err error) 
 		return err
 	}
 	d.dir = dir
-	for i := range compareRedlockInstances + 1 {
-		s, err := redisproc.Start(ctx, filepath.Join(dir, fmt.Sprintf("redis-%d", i)))
-		if err != nil {
-			return err
-		}
-		servers = append(servers, s)
+	if servers, err = startRedisServers(ctx, dir, compareRedlockInstances+1); err != nil {
+		return err
 	}
 	if err := d.startStore(store.PerKey); err != nil {
 		return err
@@ -109,30 +105,8 @@ func runCompare(ctx context.Context, w io.Writer, opts demoOptions) (err error) 
 	if err := d.startAgents(); err != nil { // they elect while the Redis cases run
 		return err
 	}
-	var redlockAddrs []string
-	for _, s := range servers[1:] {
-		redlockAddrs = append(redlockAddrs, s.Addr())
-	}
-	single := "redis://" + servers[0].Addr()
-	redlock := "redlock://" + strings.Join(redlockAddrs, ",")
-	d.out.step("start", map[string]any{"dir": dir, "redis": single, "redlock": redlock, "store": d.url, "nodes": opts.Nodes},
-		"started %d redis-server processes (one for the single-instance lock at %s, %d for Redlock), "+
-			"a fenced store at %s (a fence per key) and %d tenure agents on 127.0.0.1; files in %s",
-		len(servers), servers[0].Addr(), compareRedlockInstances, d.url, opts.Nodes, dir)
-
-	cases := []compareCase{
-		{backend: "redlock", title: "Redlock over " + strconv.Itoa(compareRedlockInstances) + " instances",
-			holder: []string{"--backend", redlock, "--ttl", compareRedisTTL.String()},
-			take:   redisTaker(redlock)},
-		{backend: "redis", title: "the single-instance Redis lock",
-			holder: []string{"--backend", single, "--ttl", compareRedisTTL.String()},
-			take:   redisTaker(single)},
-		{backend: "tenure", title: "a tenure lock",
-			holder: []string{"--socket", d.agents[0].SocketPath(), "--ttl", compareTenureTTL.String()},
-			take:   agentTaker(d.agents[len(d.agents)-1].SocketPath())},
-	}
 	results := map[string]compareResult{}
-	for _, c := range cases {
+	for _, c := range d.compareCases(servers) {
 		if c.backend == "tenure" {
 			l, err := waitLeader(ctx, "the agents' election", 10*time.Second+2*opts.LeaseTTL, d.agents, 0)
 			if err != nil {
@@ -149,6 +123,50 @@ func runCompare(ctx context.Context, w io.Writer, opts demoOptions) (err error) 
 	}
 	d.compareSummary(results)
 	return d.out.err
+}
+
+// startRedisServers starts n redis-server processes under dir; on an
+// error it stops those it started.
+func startRedisServers(ctx context.Context, dir string, n int) ([]*redisproc.Server, error) {
+	var servers []*redisproc.Server
+	for i := range n {
+		s, err := redisproc.Start(ctx, filepath.Join(dir, fmt.Sprintf("redis-%d", i)))
+		if err != nil {
+			for _, s := range servers {
+				s.Kill()
+			}
+			return nil, err
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
+// compareCases are the three locks compared, in the order they run:
+// Redlock over servers[1:], the single-instance lock on servers[0], and
+// a tenure lock served by the agents. It reports what it started.
+func (d *demo) compareCases(servers []*redisproc.Server) []compareCase {
+	var redlockAddrs []string
+	for _, s := range servers[1:] {
+		redlockAddrs = append(redlockAddrs, s.Addr())
+	}
+	single := "redis://" + servers[0].Addr()
+	redlock := "redlock://" + strings.Join(redlockAddrs, ",")
+	d.out.step("start", map[string]any{"dir": d.dir, "redis": single, "redlock": redlock, "store": d.url, "nodes": d.opts.Nodes},
+		"started %d redis-server processes (one for the single-instance lock at %s, %d for Redlock), "+
+			"a fenced store at %s (a fence per key) and %d tenure agents on 127.0.0.1; files in %s",
+		len(servers), servers[0].Addr(), len(servers)-1, d.url, d.opts.Nodes, d.dir)
+	return []compareCase{
+		{backend: "redlock", title: "Redlock over " + strconv.Itoa(len(servers)-1) + " instances",
+			holder: []string{"--backend", redlock, "--ttl", compareRedisTTL.String()},
+			take:   redisTaker(redlock)},
+		{backend: "redis", title: "the single-instance Redis lock",
+			holder: []string{"--backend", single, "--ttl", compareRedisTTL.String()},
+			take:   redisTaker(single)},
+		{backend: "tenure", title: "a tenure lock",
+			holder: []string{"--socket", d.agents[0].SocketPath(), "--ttl", compareTenureTTL.String()},
+			take:   agentTaker(d.agents[len(d.agents)-1].SocketPath())},
+	}
 }
 
 // redisTaker is the second client of a Redis backend.
