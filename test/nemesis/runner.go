@@ -174,11 +174,42 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 // lifted.
 func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	rng := rand.New(rand.NewPCG(s.Pick, 1))
-	leader, err := c.target(s, rng)
+	leader, node, to, what, err := c.operands(s, rng)
 	if err != nil {
 		return "", "", err
 	}
-	node := leader
+	under, undo, err := c.underFault(s, rng, leader, node, to)
+	if under != "" {
+		what += "; " + under
+	}
+	if err != nil {
+		return what, "", err
+	}
+	if refused, err = c.act(s, node, to); err != nil {
+		return what, refused, err
+	}
+	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
+		time.Sleep(s.underHold())
+	}
+	if err := undo(); err != nil {
+		return what, refused, err
+	}
+	lifted, err := c.undoAct(s, node)
+	refused = strings.TrimSpace(refused + " " + lifted)
+	if err != nil {
+		return what, refused, err
+	}
+	return what, refused, c.Heal("every agent running and undrained, network whole")
+}
+
+// operands draws whom an operator's action of step s involves: the
+// leader, the node it is asked on, and a transfer's target (nil when no
+// node but the leader runs), and says so.
+func (c *Cluster) operands(s Step, rng *rand.Rand) (leader, node, to *Node, what string, err error) {
+	if leader, err = c.target(s, rng); err != nil {
+		return nil, nil, nil, "", err
+	}
+	node = leader
 	if rng.IntN(2) == 0 {
 		node = c.randomUp(rng)
 	}
@@ -189,72 +220,78 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if node == leader {
 		what += " (leader)"
 	}
-	to := c.randomUp(rng, leader) // a transfer's target
+	to = c.randomUp(rng, leader)
 	if s.Kind == FaultTransfer {
 		if to == nil {
-			return "", "", errors.New("nemesis: transfer: no running node but the leader")
+			return nil, nil, nil, "", errors.New("nemesis: transfer: no running node but the leader")
 		}
 		what = fmt.Sprintf("%s to %s (asked on %s)", leader.Name, to.Name, node.Name)
 	}
-	undo := func() error { return nil } // undoes the fault the action is under
+	return leader, node, to, what, nil
+}
+
+// underFault puts on the fault (s.Under) the action runs under: a
+// network partition or loss, or a kill, pause or full disk of another
+// node; it says what it did and returns what undoes it.
+func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (string, func() error, error) {
+	none := func() error { return nil }
 	p, ok := c.network(s.Under, s.Loss, leader, rng)
 	if s.Under == FaultCutSuccessor && s.Kind == FaultTransfer {
 		p, ok = CutBut(names(c.nodes), to.Name, leader.Name), true
 	}
 	if ok {
 		if err := c.Partition(p); err != nil {
-			return what, "", err
+			return "", none, err
 		}
-		what, undo = what+"; "+p.Detail, c.HealNetwork
-	} else if s.Under != "" {
-		but := []*Node{leader, node}
-		if s.Kind == FaultTransfer {
-			but = append(but, to)
-		}
-		victim := c.randomUp(rng, but...)
-		if s.Kind == FaultTransfer && to != node && (rng.IntN(2) == 0 || s.OnSuccessor) {
-			victim = to // the named successor, unless it is asked
-		}
-		if s.Kind == FaultResign && (s.OnSuccessor || s.Under == FaultDiskFull && rng.IntN(2) == 0) {
-			victim = c.highestUp(leader) // the successor its RESIGN names
-		}
-		var under string
-		if under, undo, err = c.underProcess(s.Under, victim); err != nil {
-			return what, "", err
-		}
-		what += "; " + under
+		return p.Detail, c.HealNetwork, nil
 	}
+	if s.Under == "" {
+		return "", none, nil
+	}
+	but := []*Node{leader, node}
+	if s.Kind == FaultTransfer {
+		but = append(but, to)
+	}
+	victim := c.randomUp(rng, but...)
+	if s.Kind == FaultTransfer && to != node && (rng.IntN(2) == 0 || s.OnSuccessor) {
+		victim = to // the named successor, unless it is asked
+	}
+	if s.Kind == FaultResign && (s.OnSuccessor || s.Under == FaultDiskFull && rng.IntN(2) == 0) {
+		victim = c.highestUp(leader) // the successor its RESIGN names
+	}
+	under, undo, err := c.underProcess(s.Under, victim)
+	if err != nil {
+		return "", none, err
+	}
+	return under, undo, nil
+}
+
+// act carries out the operator's action of step s on node; refused is
+// what the agent refused, if anything.
+func (c *Cluster) act(s Step, node, to *Node) (refused string, err error) {
 	switch s.Kind {
 	case FaultStop:
-		err = c.StopAgents(node)
+		return "", c.StopAgents(node)
 	case FaultDrain:
-		refused, err = c.Operate(node, "drain")
+		return c.Operate(node, "drain")
 	case FaultTransfer:
-		refused, err = c.Operate(node, "transfer", to.Name)
+		return c.Operate(node, "transfer", to.Name)
 	case FaultResign:
-		refused, err = c.Operate(node, "resign", "--hold", s.Hold.String())
+		return c.Operate(node, "resign", "--hold", s.Hold.String())
 	}
-	if err != nil {
-		return what, refused, err
-	}
-	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
-		time.Sleep(s.underHold())
-	}
-	if err := undo(); err != nil {
-		return what, refused, err
-	}
+	return "", nil
+}
+
+// undoAct undoes what act did, where it lasts: it starts a stopped node
+// again and lifts a drain.
+func (c *Cluster) undoAct(s Step, node *Node) (refused string, err error) {
 	switch s.Kind {
 	case FaultStop:
-		err = c.StartAgents(node)
+		return "", c.StartAgents(node)
 	case FaultDrain:
-		var lifted string
-		lifted, err = c.Operate(node, "drain", "--off")
-		refused = strings.TrimSpace(refused + " " + lifted)
+		return c.Operate(node, "drain", "--off")
 	}
-	if err != nil {
-		return what, refused, err
-	}
-	return what, refused, c.Heal("every agent running and undrained, network whole")
+	return "", nil
 }
 
 // underProcess kills, pauses or fills the disk of victim (kind FaultKill,
