@@ -61,10 +61,8 @@ func (c *core) queryFloors(now time.Time) {
 // askFloors sends a FloorQuery to every other voter of the roster. Its
 // answers serve both the amnesiac's floor and the reach probe.
 func (c *core) askFloors() {
-	for _, v := range c.roster().Members() {
-		if n := toBully(v); n != c.cfg.Self {
-			c.out = append(c.out, outMsg{to: n, env: envelope{FloorQuery: true}})
-		}
+	for _, v := range c.reachCheck().others() {
+		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{FloorQuery: true}})
 	}
 }
 

@@ -140,11 +140,40 @@ func (c *core) startProbe(now time.Time) {
 // it is an amnesiac voter, which cannot grant itself a lease until it has
 // learned its floor. A probe that reached a majority concludes at once
 // rather than at the end of its budget: more answers cannot change it.
-func (c *core) probeReached() bool {
-	self := toLeasing(c.cfg.Self)
-	return c.roster().Satisfied(func(v leasing.Node) bool {
-		return (v == self && !c.amnesia.active) || c.reach.replied[v.Name]
+func (c *core) probeReached() bool { return c.reachCheck().reached(c.reach.replied) }
+
+// reachCheck is a check of whether this node reaches a majority of the
+// voters of roster: which voters answered is set apart, so that the agent
+// can run one off the driver (Agent.checkReach).
+type reachCheck struct {
+	roster     leasing.Roster
+	self       leasing.Node
+	selfCounts bool // this node's own vote counts (it is not amnesiac)
+}
+
+// reachCheck is a check against this node's roster.
+func (c *core) reachCheck() reachCheck {
+	return reachCheck{roster: c.roster(), self: toLeasing(c.cfg.Self), selfCounts: !c.amnesia.active}
+}
+
+// reached reports whether the voters in answered, with this node where it
+// is a voter whose vote counts, make a majority of the roster (of both
+// sets of a joint one).
+func (rc reachCheck) reached(answered map[string]bool) bool {
+	return rc.roster.Satisfied(func(v leasing.Node) bool {
+		return (v == rc.self && rc.selfCounts) || answered[v.Name]
 	})
+}
+
+// others are the roster's voters other than this node.
+func (rc reachCheck) others() []leasing.Node {
+	var out []leasing.Node
+	for _, v := range rc.roster.Members() {
+		if v != rc.self {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // concludeProbe counts the voters that answered against the roster's

@@ -113,20 +113,22 @@ type canTakeReply struct {
 
 // canTake answers a leader about to name this node its successor: whether
 // it could take the term now. It cannot when it may not lead (configured
-// so, or drained), or when its data dir cannot be written: a failure
-// known already, or one of the probe it writes now (a node learns that
-// its disk filled only at a write, and an observer writes nothing until
-// it campaigns). Named all the same, such a node would leave the cluster
-// without a leader for the transfer window (takeOver does nothing), and
-// then the election would pick a node the operator did not ask for. A
-// failed probe marks the data dir failed as any failed write does, so
-// gossip says it too. Its reach of the voters is not asked: the last
-// probe's verdict may be old (a follower of a higher leader does not
-// probe), and a node named probes again at once
-// (TestTransferToNodeOnceCutOff).
+// so, or drained), when it has no roster yet, or when its data dir cannot
+// be written: a failure known already, or one of the probe it writes now
+// (a node learns that its disk filled only at a write, and an observer
+// writes nothing until it campaigns). Named all the same, such a node
+// would leave the cluster without a leader for the transfer window
+// (takeOver does nothing), and then the election would pick a node the
+// operator did not ask for. A failed probe marks the data dir failed as
+// any failed write does, so gossip says it too. Whether it reaches a
+// majority of the voters the agent asks them before it answers yes
+// (canTakeCheck, Agent.serveCanTake).
 func (c *core) canTake(now time.Time) *canTakeReply {
 	if !c.cfg.Eligible {
 		return &canTakeReply{Refused: "it may not lead (it runs with --eligible=false, or is drained)"}
+	}
+	if c.quorumMode() && c.roster().IsZero() {
+		return &canTakeReply{Refused: "it has not learned the voter roster yet"}
 	}
 	if c.disk.err == nil && c.disk.probe != nil {
 		if err := c.disk.probe(); err != nil {
@@ -137,6 +139,26 @@ func (c *core) canTake(now time.Time) *canTakeReply {
 		return &canTakeReply{Refused: fmt.Sprintf("it cannot write its data dir: %v", c.disk.err)}
 	}
 	return &canTakeReply{}
+}
+
+// canTakeCheck is the check of the voters that a node asked whether it can
+// take the term runs before it answers yes, and how long it may take: half
+// a peer wait, so that the answer reaches a leader that waits a peer wait
+// of its own. ok is false when the node runs without a quorum. A node that
+// does not outrank the leader does not probe its reach (wantsProbe), so
+// its last verdict is old or missing; and a proof young enough to claim
+// with (mayClaim, up to two announce intervals and a budget old) is not
+// enough either: in the transfer-cut scenario the named node had reached
+// the voters a second before the cut. Named successor while cut off from
+// the voters, a node cannot win the term, and before, the cluster had no
+// leader for the transfer window (660-683 ms in that scenario) and then
+// the election picked a node the operator had not named. The check costs
+// a round trip to the voters per hand-over.
+func (c *core) canTakeCheck(now time.Time) (rc reachCheck, wait time.Duration, ok bool) {
+	if !c.quorumMode() {
+		return reachCheck{}, 0, false
+	}
+	return c.reachCheck(), c.peerWait(now) / 2, true
 }
 
 // setEligible makes this node eligible to lead or not (a drain, or its

@@ -46,12 +46,18 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("agent: message for %s reached %s", m.To, a.self())
 	}
 	var reply *envelope
-	if env.Transfer != "" { // it asks another member first, off the driver
+	switch {
+	case env.Transfer != "": // it asks another member first, off the driver
 		var r *transferReply
 		if r, err = a.serveTransfer(ctx, env.Transfer); err == nil {
 			reply = &envelope{TransferReply: r}
 		}
-	} else {
+	case env.CanTake: // it may ask the voters first, off the driver
+		var r *canTakeReply
+		if r, err = a.serveCanTake(ctx); err == nil {
+			reply = &envelope{CanTakeReply: r}
+		}
+	default:
 		err = a.do(ctx, func() {
 			reply = a.core.receive(a.cfg.Clock.Now(), env)
 			a.flush()
@@ -105,17 +111,28 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		defer finish()
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		defer cancel()
-		began := time.Now()
-		resp, err := a.peers.Call(ctx, addr, body)
-		if err != nil {
-			a.log.Debug("peer message not delivered", "to", msg.to.Name, "kind", kind, "err", err)
-			a.reportSendFailure(msg.to, err)
-			return
-		}
-		took := time.Since(began)
-		a.log.Debug("peer message answered", "to", msg.to.Name, "kind", kind, "took", took)
-		a.deliverReply(resp, msg.to, took)
+		a.exchange(ctx, msg.to, addr, body, kind)
 	}()
+}
+
+// exchange sends body, a message of kind, to the peer `to` at addr and
+// feeds its reply to the core (deliverReply), which it returns with ok
+// set once delivered. A failure is reported to the core
+// (reportSendFailure), unless ctx was cancelled: then the caller no
+// longer wanted the answer.
+func (a *Agent) exchange(ctx context.Context, to bully.Node, addr string, body []byte, kind string) (env envelope, ok bool) {
+	began := time.Now()
+	resp, err := a.peers.Call(ctx, addr, body)
+	if err != nil {
+		a.log.Debug("peer message not delivered", "to", to.Name, "kind", kind, "err", err)
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			a.reportSendFailure(to, err)
+		}
+		return envelope{}, false
+	}
+	took := time.Since(began)
+	a.log.Debug("peer message answered", "to", to.Name, "kind", kind, "took", took)
+	return a.deliverReply(resp, to, took)
 }
 
 // reportSendFailure tells the core, on the driver goroutine, that a
@@ -128,24 +145,29 @@ func (a *Agent) reportSendFailure(to bully.Node, err error) {
 }
 
 // deliverReply feeds a peer's reply to the core, and tells it that the
-// peer answered after took. A reply from another node than the one called (its
-// address now belongs to another agent) counts as a failure.
-func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) {
+// peer answered after took; it returns the reply. A reply from another
+// node than the one called (its address now belongs to another agent)
+// counts as a failure, as one that does not decode does: ok is false.
+func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) (envelope, bool) {
 	env, err := decodeEnvelope(resp)
 	if err != nil {
 		a.log.Warn("bad peer reply", "from", to.Name, "err", err)
 		a.reportSendFailure(to, fmt.Errorf("bad reply: %w", err))
-		return
+		return envelope{}, false
 	}
-	if m := env.Bully; m != nil && m.From != to {
-		a.log.Warn("peer reply from the wrong node", "want", to, "got", m.From)
-		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", m.From.Name))
-		return
+	from := to
+	switch {
+	case env.Bully != nil:
+		from = env.Bully.From
+	case env.LeaseReply != nil:
+		from = toBully(env.LeaseReply.Voter)
+	case env.Floor != nil:
+		from = env.Floor.From
 	}
-	if r := env.LeaseReply; r != nil && toBully(r.Voter) != to {
-		a.log.Warn("lease reply from the wrong node", "want", to, "got", r.Voter)
-		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", r.Voter.Name))
-		return
+	if from != to {
+		a.log.Warn("peer reply from the wrong node", "want", to, "got", from, "kind", env.kind())
+		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", from.Name))
+		return envelope{}, false
 	}
 	empty := env == (envelope{Version: peerVersion})
 	if !empty {
@@ -161,6 +183,7 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) {
 		}
 		a.flush()
 	})
+	return env, true
 }
 
 // call sends req to n over the peer transport, outside the driver, and

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/rpc"
 )
 
@@ -153,6 +155,108 @@ func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration
 		return &cannotTake{why: r.Refused}
 	}
 	return nil
+}
+
+// serveCanTake answers a leader about to name this node its successor
+// (handlePeer calls it off the driver): the core's answer (core.canTake),
+// and when that is yes and the core wants the voters checked
+// (core.canTakeCheck), whether this node reaches a majority of them
+// (checkReach). The error is for an agent that stopped or a request whose
+// context ended.
+func (a *Agent) serveCanTake(ctx context.Context) (*canTakeReply, error) {
+	var rep *canTakeReply
+	var rc reachCheck
+	var wait time.Duration
+	var check bool
+	if err := a.do(ctx, func() {
+		now := a.cfg.Clock.Now()
+		rep = a.core.canTake(now)
+		rc, wait, check = a.core.canTakeCheck(now)
+		a.flush()
+	}); err != nil {
+		return nil, err
+	}
+	if rep.Refused != "" || !check {
+		return rep, nil
+	}
+	silent, err := a.checkReach(ctx, rc, wait)
+	if err != nil || len(silent) == 0 {
+		return rep, err
+	}
+	var why string
+	if err := a.do(ctx, func() { why = a.core.describeSilent(a.cfg.Clock.Now(), silent, len(rc.roster.Members())) }); err != nil {
+		return nil, err
+	}
+	a.counts.add("can_take.cut_off")
+	a.log.Warn("a leader would name this node its successor, but it cannot reach a majority of the voters", "why", why, "wait", wait)
+	return &canTakeReply{Refused: fmt.Sprintf("it cannot reach a majority of the voters: %s (within %v)", why, wait)}, nil
+}
+
+// checkReach asks the other voters of rc's roster for their floors (a
+// FloorQuery, as the reach probe does; the answers go to the core as the
+// probe's do) and waits until those that answered make a majority with
+// this node, or wait ends. It returns the voters that had not answered by
+// then, none when a majority did. The error is for a request whose
+// context ended.
+func (a *Agent) checkReach(ctx context.Context, rc reachCheck, wait time.Duration) ([]leasing.Node, error) {
+	others := rc.others()
+	askCtx, cancel := context.WithTimeout(ctx, wait)
+	answers := make(chan string, len(others)) // a voter that answered; "" for one that did not
+	var asked sync.WaitGroup
+	defer asked.Wait()
+	defer cancel() // the questions still out end before checkReach returns
+	for _, v := range others {
+		asked.Go(func() {
+			if a.askFloor(askCtx, toBully(v)) {
+				answers <- v.Name
+			} else {
+				answers <- ""
+			}
+		})
+	}
+	answered := map[string]bool{}
+	for range others {
+		if rc.reached(answered) {
+			break
+		}
+		if name := <-answers; name != "" {
+			answered[name] = true
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if rc.reached(answered) {
+		return nil, nil
+	}
+	var silent []leasing.Node
+	for _, v := range others {
+		if !answered[v.Name] {
+			silent = append(silent, v)
+		}
+	}
+	return silent, nil
+}
+
+// askFloor sends n a FloorQuery and hands the answer to the core; it
+// reports whether n answered before ctx ended.
+func (a *Agent) askFloor(ctx context.Context, n bully.Node) bool {
+	addr, ok := a.peerAddr(n)
+	if !ok {
+		_ = a.do(ctx, func() { a.core.sendFailed(a.cfg.Clock.Now(), n, errNoPeerAddr) })
+		return false
+	}
+	req := envelope{FloorQuery: true}
+	body, err := encodeEnvelope(req)
+	if err != nil {
+		a.log.Error("encode peer message", "err", err)
+		return false
+	}
+	kind := req.kind()
+	a.counts.add("send." + kind)
+	a.counts.addN("send_bytes."+kind, uint64(len(body)))
+	env, ok := a.exchange(ctx, n, addr, body, kind)
+	return ok && env.Floor != nil
 }
 
 // serveTransfer answers a transfer forwarded by another node, as

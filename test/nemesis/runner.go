@@ -236,8 +236,15 @@ func (c *Cluster) operands(s Step, rng *rand.Rand) (leader, node, to *Node, what
 func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (string, func() error, error) {
 	none := func() error { return nil }
 	p, ok := c.network(s.Under, s.Loss, leader, rng)
-	if s.Under == FaultCutSuccessor && s.Kind == FaultTransfer {
-		p, ok = CutBut(names(c.nodes), to.Name, leader.Name), true
+	if s.Under == FaultCutSuccessor {
+		successor := to // a transfer's; a resign names the next highest
+		if s.Kind != FaultTransfer {
+			successor = c.highestUp(leader)
+		}
+		if successor == nil {
+			return "", none, errors.New("nemesis: cut-successor: no running node but the leader")
+		}
+		p, ok = CutBut(names(c.nodes), successor.Name, leader.Name), true
 	}
 	if ok {
 		if err := c.Partition(p); err != nil {

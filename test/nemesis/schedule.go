@@ -31,10 +31,10 @@ const (
 	// FaultCrash kills the leader's agent and leaves it down. Not drawn:
 	// it serves the scenario that shows the liveness check can fail.
 	FaultCrash = "crash-leader"
-	// FaultCutSuccessor cuts a transfer's named successor from every node
-	// but the leader, under the transfer: it answers the leader, but
-	// cannot reach a majority of the voters. Not drawn: a fixed
-	// scenario's.
+	// FaultCutSuccessor cuts a transfer's named successor (a resign's
+	// natural one) from every node but the leader, under the act: it
+	// answers the leader, but cannot reach a majority of the voters. Not
+	// drawn: a fixed scenario's.
 	FaultCutSuccessor = "cut-successor"
 )
 
