@@ -135,12 +135,9 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 	begin := time.Now()
 	res := &Results{Started: begin, Machine: machine(), Commit: commit(), Command: command, Timing: cfg.timing}
 	sweepStale()
-	work, err := os.MkdirTemp("", workPrefix)
+	work, err := newWorkDir()
 	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		return fmt.Errorf("work dir: %w", err)
+		return err
 	}
 	defer func() {
 		switch {
@@ -154,20 +151,7 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 		}
 	}()
 	s := &suite{cfg: cfg, work: work}
-	if s.self, err = os.Executable(); err != nil {
-		return fmt.Errorf("find this program: %w", err)
-	}
-	s.bin = cfg.tenureBin
-	if s.bin == "" {
-		slog.Info("building tenure")
-		if s.bin, err = buildTenure(ctx, work); err != nil {
-			return err
-		}
-	}
-	if s.candidate, err = buildCandidate(ctx, work); err != nil {
-		return err
-	}
-	if s.key, err = tenureKey(ctx, s.bin); err != nil {
+	if err := s.build(ctx); err != nil {
 		return err
 	}
 	etcdDir, err := s.dir("etcd-cluster")
@@ -189,27 +173,71 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 		}
 		slog.Info("results written", "file", cfg.out, "took", time.Since(begin).Round(time.Second))
 	}()
+	if err := s.measure(ctx, res); err != nil {
+		return err
+	}
+	if cfg.strict {
+		return res.problems()
+	}
+	return nil
+}
 
-	if cfg.only["crash"] {
+// newWorkDir makes the suite's work directory and records this process's
+// pid in it, so a later run can tell a stale one (sweepStale).
+func newWorkDir() (string, error) {
+	work, err := os.MkdirTemp("", workPrefix)
+	if err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		os.RemoveAll(work)
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	return work, nil
+}
+
+// build finds this program, builds tenure (unless -tenure names a binary)
+// and the etcd candidate, and makes a cluster key.
+func (s *suite) build(ctx context.Context) (err error) {
+	if s.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("find this program: %w", err)
+	}
+	s.bin = s.cfg.tenureBin
+	if s.bin == "" {
+		slog.Info("building tenure")
+		if s.bin, err = buildTenure(ctx, s.work); err != nil {
+			return err
+		}
+	}
+	if s.candidate, err = buildCandidate(ctx, s.work); err != nil {
+		return err
+	}
+	s.key, err = tenureKey(ctx, s.bin)
+	return err
+}
+
+// measure runs the parts of the suite -only selects, filling res.
+func (s *suite) measure(ctx context.Context, res *Results) (err error) {
+	if s.cfg.only["crash"] {
 		slog.Info("crash failover (SIGKILL of the leader)")
 		if res.Crash, err = s.failovers(ctx, syscall.SIGKILL); err != nil {
 			return fmt.Errorf("crash failover: %w", err)
 		}
 	}
-	if cfg.only["graceful"] {
+	if s.cfg.only["graceful"] {
 		slog.Info("graceful hand-over (SIGTERM of the leader)")
 		if res.Graceful, err = s.failovers(ctx, syscall.SIGTERM); err != nil {
 			return fmt.Errorf("graceful hand-over: %w", err)
 		}
 	}
-	if cfg.only["query"] {
+	if s.cfg.only["query"] {
 		slog.Info("leader queries")
 		if res.Queries, err = s.queries(ctx); err != nil {
 			return fmt.Errorf("queries: %w", err)
 		}
 	}
-	if cfg.only["fleet"] {
-		for _, n := range cfg.fleet {
+	if s.cfg.only["fleet"] {
+		for _, n := range s.cfg.fleet {
 			slog.Info("fleet", "n", n, "load", loadAverage())
 			for _, run := range []func(context.Context, int) (FleetResult, error){s.tenureFleet, s.etcdFleet} {
 				r, err := run(ctx, n)
@@ -219,9 +247,6 @@ func runSuite(ctx context.Context, cfg config, command string) (err error) {
 				res.Fleets = append(res.Fleets, r)
 			}
 		}
-	}
-	if cfg.strict {
-		return res.problems()
 	}
 	return nil
 }
