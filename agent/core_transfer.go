@@ -144,7 +144,8 @@ func (c *core) canTake(now time.Time) *canTakeReply {
 // canTakeCheck is the check of the voters that a node asked whether it can
 // take the term runs before it answers yes, and how long it may take: half
 // a peer wait, so that the answer reaches a leader that waits a peer wait
-// of its own. ok is false when the node runs without a quorum. A node that
+// of its own (or half what the leader says it waits, if shorter:
+// Agent.serveCanTake). ok is false when the node runs without a quorum. A node that
 // does not outrank the leader does not probe its reach (wantsProbe), so
 // its last verdict is old or missing; and a proof young enough to claim
 // with (mayClaim, up to two announce intervals and a budget old) is not

@@ -318,3 +318,36 @@ func TestResignPassesOverFrozenSuccessor(t *testing.T) {
 		t.Fatalf("after the resign hold: %v, epoch %d; want n1 still leading epoch %d", err, got, next)
 	}
 }
+
+// TestCanTakeChecksTheVotersInTime: a node asked whether it can take the
+// term asks the voters first, and answers no, naming the silent ones,
+// when too few of them answer. It ends its check within half of what the
+// asking leader says it waits, when that is shorter than half its own
+// peer wait: here the leader waits just that half of n1's peer wait, and
+// gets n1's reason rather than a timeout. n2 and n3 are frozen: n1 alone
+// cannot make a majority of the three voters.
+func TestCanTakeChecksTheVotersInTime(t *testing.T) {
+	c := newTestCluster(t)
+	c.ttl = 10 * time.Second // a peer wait long enough to halve with room
+	c.startN(3)
+	c.waitLeader("n3", 20*time.Second)
+	var wait time.Duration
+	if err := c.agents["n1"].do(context.Background(), func() {
+		wait = c.agents["n1"].core.peerWait(c.agents["n1"].cfg.Clock.Now()) / 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.agents["n2"].Freeze())
+	t.Cleanup(c.agents["n3"].Freeze())
+	err := c.agents["n3"].askCanTake(context.Background(), c.agents["n1"].self(), wait)
+	var refused *cannotTake
+	if !errors.As(err, &refused) {
+		t.Fatalf("n1 asked by n3 with n2 and n3 frozen: %v; want its refusal within the %v n3 waits", err, wait)
+	}
+	t.Logf("n1's answer: %s", refused.why)
+	for _, want := range []string{"cannot reach a majority of the voters", "n2 (", "n3 ("} {
+		if !strings.Contains(refused.why, want) {
+			t.Errorf("n1's refusal %q does not say %q", refused.why, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/internal/wire"
@@ -54,6 +55,10 @@ type envelope struct {
 	// release answers with an empty envelope, which reads as yes.
 	CanTake      bool          `msgpack:"can_take,omitempty"`
 	CanTakeReply *canTakeReply `msgpack:"can_take_reply,omitempty"`
+	// CanTakeWithin, with CanTake, is how long the leader waits for the
+	// answer, so that the node's check of the voters ends in time
+	// (Agent.serveCanTake); zero from an agent of an older release.
+	CanTakeWithin time.Duration `msgpack:"can_take_within,omitempty"`
 	// Named is a request of a named-lease holder to the leader;
 	// NamedReply its answer, or a grant the leader pushes to a waiter.
 	Named      *named.Request `msgpack:"named,omitempty"`

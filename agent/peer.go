@@ -54,7 +54,7 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 		}
 	case env.CanTake: // it may ask the voters first, off the driver
 		var r *canTakeReply
-		if r, err = a.serveCanTake(ctx); err == nil {
+		if r, err = a.serveCanTake(ctx, env.CanTakeWithin); err == nil {
 			reply = &envelope{CanTakeReply: r}
 		}
 	default:

@@ -147,7 +147,7 @@ func (e *cannotTake) Error() string { return e.why }
 func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	rep, _, err := a.call(ctx, n, envelope{CanTake: true})
+	rep, _, err := a.call(ctx, n, envelope{CanTake: true, CanTakeWithin: wait})
 	if err != nil {
 		return err
 	}
@@ -161,9 +161,11 @@ func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration
 // (handlePeer calls it off the driver): the core's answer (core.canTake),
 // and when that is yes and the core wants the voters checked
 // (core.canTakeCheck), whether this node reaches a majority of them
-// (checkReach). The error is for an agent that stopped or a request whose
-// context ended.
-func (a *Agent) serveCanTake(ctx context.Context) (*canTakeReply, error) {
+// (checkReach), within half of what the leader waits for the answer
+// (within; zero: not said) where that is shorter than the core's wait.
+// The error is for an agent that stopped or a request whose context
+// ended.
+func (a *Agent) serveCanTake(ctx context.Context, within time.Duration) (*canTakeReply, error) {
 	var rep *canTakeReply
 	var rc reachCheck
 	var wait time.Duration
@@ -178,6 +180,9 @@ func (a *Agent) serveCanTake(ctx context.Context) (*canTakeReply, error) {
 	}
 	if rep.Refused != "" || !check {
 		return rep, nil
+	}
+	if within > 0 {
+		wait = min(wait, within/2)
 	}
 	silent, err := a.checkReach(ctx, rc, wait)
 	if err != nil || len(silent) == 0 {
