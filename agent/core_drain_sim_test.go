@@ -380,13 +380,27 @@ func (s *csim) askSuccessor(n *cnode) {
 }
 
 // refusesTerm does what a successor's agent does when a leader asks it
-// whether it can take the term (Agent.askCanTake): b's core answers,
-// probing its data dir. It reports whether b refused.
+// whether it can take the term (Agent.serveCanTake): b's core answers,
+// probing its data dir, and then b asks the voters whether it reaches a
+// majority of them (as the network stands now: the check takes a round
+// trip). It reports whether b refused.
 func (s *csim) refusesTerm(b string) bool {
 	nb := s.nodes[b]
-	r := nb.c.canTake(s.local(nb, s.now))
+	now := s.local(nb, s.now)
+	r := nb.c.canTake(now)
 	s.collect(b)
-	return r.Refused != ""
+	if r.Refused != "" {
+		return true
+	}
+	rc, _, check := nb.c.canTakeCheck(now)
+	if !check {
+		return false
+	}
+	answered := map[string]bool{}
+	for _, v := range rc.others() {
+		answered[v.Name] = s.answers(b, v.Name)
+	}
+	return !rc.reached(answered)
 }
 
 // answers reports whether a request from a, running, to b would be

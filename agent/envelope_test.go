@@ -23,6 +23,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		{Transfer: "c"},
 		{TransferReply: &transferReply{Code: "not_found", Error: "agent: transfer: no such live member"}},
 		{CanTake: true},
+		{CanTake: true, CanTakeWithin: 200 * time.Millisecond},
 		{CanTakeReply: &canTakeReply{Refused: "it cannot write its data dir: no space left on device"}},
 		{Bully: &bully.Message{Type: bully.MsgResign, From: bully.Node{ID: 1, Name: "a"}, To: bully.Node{ID: 2, Name: "b"},
 			Term: 4, Hold: true, HoldFor: 1 << 40, Successor: bully.Node{ID: 3, Name: "c"}}},
