@@ -72,6 +72,12 @@ func (a *Agent) Counters() map[string]uint64 {
 	return out
 }
 
+// countSent counts a peer message of kind about to be sent, and its bytes.
+func (a *Agent) countSent(kind string, body []byte) {
+	a.counts.add("send." + kind)
+	a.counts.addN("send_bytes."+kind, uint64(len(body)))
+}
+
 // kind names an envelope's message for the counters.
 func (env envelope) kind() string {
 	switch {

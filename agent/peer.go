@@ -101,8 +101,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		timeout = announceTimeout
 	}
 	kind := msg.env.kind()
-	a.counts.add("send." + kind)
-	a.counts.addN("send_bytes."+kind, uint64(len(body)))
+	a.countSent(kind, body)
 	a.sends.Add(1)
 	sent.Add(1)
 	go func() {

@@ -258,8 +258,7 @@ func (a *Agent) askFloor(ctx context.Context, n bully.Node) bool {
 		return false
 	}
 	kind := req.kind()
-	a.counts.add("send." + kind)
-	a.counts.addN("send_bytes."+kind, uint64(len(body)))
+	a.countSent(kind, body)
 	env, ok := a.exchange(ctx, n, addr, body, kind)
 	return ok && env.Floor != nil
 }
