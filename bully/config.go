@@ -18,6 +18,13 @@ type Config struct {
 	// Preempt makes a leader yield to a higher eligible node that has been
 	// live for Stabilization. Without it a stable leader keeps leading.
 	Preempt bool
+	// ConfirmPreempt makes a leader about to yield to a higher node (with
+	// Preempt) ask its driver first (Ready.Preempt) and yield only once the
+	// driver answers that the node can take the term (PreemptAnswered):
+	// the node's claims say it reached a majority of the voters when it
+	// last probed them, which may be an announce interval old. Without it
+	// the leader yields at once.
+	ConfirmPreempt bool
 	// StartupDelay is how long a fresh Machine waits before its first
 	// campaign, so gossip can converge and a sitting leader can announce
 	// itself. Default 2s.

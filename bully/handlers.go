@@ -260,9 +260,14 @@ func (m *Machine) win() {
 // yielded on its earlier answers handed its term to a node that could not
 // take it (core schedule 272,725). A lost answer, which claimGap
 // tolerates, only puts the yield off to the next announcement. The
-// highest such node is named successor.
+// highest such node is named successor. With Config.ConfirmPreempt the
+// leader first asks its driver whether that node can take the term
+// (PreemptAnswered): its claims say it reached a majority of the voters
+// when it last probed them, up to an announce interval and a probe's
+// budget before, and a node cut off since could not take the term
+// (TestPreemptionAsksTheClaimant in the agent's simulation).
 func (m *Machine) checkPreempt(now time.Time) {
-	if !m.cfg.Preempt || m.ho.chosen {
+	if !m.cfg.Preempt || m.ho.chosen || (m.preempting.term == m.term && now.Before(m.preempting.until)) {
 		return
 	}
 	announced := m.announce.Add(-m.cfg.AnnounceInterval) // the latest COORDINATOR to all
@@ -279,14 +284,45 @@ func (m *Machine) checkPreempt(now time.Time) {
 			since = until
 		}
 		if c.last.After(c.since) && now.Sub(since) >= m.cfg.Stabilization {
-			// The RESIGN names the claimant, the highest node that keeps
-			// claiming, as natural successor: it takes over at once, and
-			// the others do not elect meanwhile (the election could pick
-			// a higher node that resigned and claims nothing).
-			m.endTerm(now, Message{Type: MsgResign, Successor: p.Node, Natural: true},
-				"preempted by "+p.Name+", a higher node that kept claiming")
+			if m.cfg.ConfirmPreempt {
+				m.preempting = preemptAsk{to: p.Node, term: m.term, until: now.Add(m.claimGap())}
+				m.ready.Preempt = p.Node
+				return
+			}
+			m.yieldTerm(now, p.Node)
 			return
 		}
+	}
+}
+
+// yieldTerm ends this leader's term in favour of n, a higher node that
+// kept claiming it. The RESIGN names n, the highest node that keeps
+// claiming, as natural successor: it takes over at once, and the others
+// do not elect meanwhile (the election could pick a higher node that
+// resigned and claims nothing).
+func (m *Machine) yieldTerm(now time.Time, n Node) {
+	m.endTerm(now, Message{Type: MsgResign, Successor: n, Natural: true},
+		"preempted by "+n.Name+", a higher node that kept claiming")
+}
+
+// PreemptAnswered gives a leader its driver's answer to Ready.Preempt:
+// whether to, the higher node it would yield its term to, can take the
+// term now. With yes it yields to to, as long as to's claim still holds;
+// with no it keeps its term and forgets to's claims, which must then last
+// another Stabilization before it asks again. An answer about another
+// node or an earlier term, or one that comes after this node stopped
+// leading, changes nothing.
+func (m *Machine) PreemptAnswered(now time.Time, to Node, canTake bool) {
+	if m.state != StateLeader || m.preempting.to != to || m.preempting.term != m.term {
+		return
+	}
+	m.preempting = preemptAsk{}
+	c, ok := m.claims[to.Name]
+	switch {
+	case !canTake:
+		delete(m.claims, to.Name)
+	case ok && now.Sub(c.last) <= m.claimGap():
+		m.yieldTerm(now, to)
 	}
 }
 

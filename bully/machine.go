@@ -27,6 +27,9 @@ type Machine struct {
 	// ("I outrank you and can lead"): a leader preempts only for a node
 	// that has kept claiming for Stabilization.
 	claims map[string]claim
+	// preempting is the preemption this leader asked its driver to
+	// confirm (Config.ConfirmPreempt), while it waits for the answer.
+	preempting preemptAsk
 	// cutOff: the driver found this node unable to reach a majority of the
 	// voters (SetReach). It then neither campaigns nor answers ELECTIONs,
 	// so lower nodes that can lead are not held back by it.
@@ -91,6 +94,15 @@ type firstCampaign struct {
 // claim is a run of answers to a leader's COORDINATOR from a higher node:
 // since the first, last the latest.
 type claim struct{ since, last time.Time }
+
+// preemptAsk is a leader's question to its driver whether the higher node
+// to can take term (Ready.Preempt); the leader waits for the answer until
+// until, and then may ask again.
+type preemptAsk struct {
+	to    Node
+	term  uint64
+	until time.Time
+}
 
 // peer is a live member and the instant this Machine first saw it live.
 type peer struct {

@@ -375,6 +375,62 @@ func TestWithdrawnClaimIsNotYieldedTo(t *testing.T) {
 	}
 }
 
+// TestPreemptionWaitsForTheDriver: with ConfirmPreempt, a leader about to
+// yield to a higher node that kept claiming asks its driver first
+// (Ready.Preempt) and keeps its term until the driver answers yes. A no
+// makes it forget the claims: it asks again only after the claimant has
+// claimed for another stabilisation delay. An answer that never comes
+// holds the yield off, and the leader asks again once a claim gap has
+// passed.
+func TestPreemptionWaitsForTheDriver(t *testing.T) {
+	s := newSim(t, true)
+	base := s.base
+	s.base = func(self Member) Config {
+		c := base(self)
+		c.ConfirmPreempt = true
+		return c
+	}
+	var asks []time.Time
+	answer := func(canTake, answered bool) {
+		s.confirm = func(leader, to Node) (bool, bool) {
+			if leader.Name != "n3" || to.Name != "n9" {
+				t.Fatalf("%s asked about %s, want n3 about n9", leader.Name, to.Name)
+			}
+			asks = append(asks, s.now)
+			return canTake, answered
+		}
+	}
+	answer(false, false) // the driver never answers
+	s.startCluster(3)
+	s.run(4 * time.Second)
+	first := s.agree("n3", "n1", "n2")
+	cfg := s.nodes["n3"].m.cfg
+	s.add("n9", 9, true)
+	s.run(cfg.Stabilization + 2*cfg.AnnounceInterval)
+	if got := s.agree("n3", "n1", "n2", "n9"); got != first || len(asks) != 1 {
+		t.Fatalf("with no answer: n3 leads term %d (first %d) and asked %d times, want its first term and one ask", got, first, len(asks))
+	}
+	gap := s.nodes["n3"].m.claimGap()
+	s.run(gap)
+	if len(asks) != 2 || asks[1].Sub(asks[0]) < gap {
+		t.Fatalf("asks with no answer at %v; want a second one a claim gap (%v) after the first", asks, gap)
+	}
+	answer(false, true) // it cannot take the term
+	s.run(gap)
+	if got := s.agree("n3", "n1", "n2", "n9"); got != first || len(asks) != 3 {
+		t.Fatalf("after a refusal: n3 leads term %d (first %d), asks %v; want its first term and a third ask", got, first, asks)
+	}
+	refused := asks[2]
+	answer(true, true)
+	s.run(cfg.Stabilization + 2*cfg.AnnounceInterval)
+	if got := s.agree("n9", "n1", "n2", "n3"); got <= first || len(asks) != 4 {
+		t.Fatalf("after a yes: term %d (first %d), asks %v; want n9's term after one more ask", got, first, asks)
+	}
+	if d := asks[3].Sub(refused); d < cfg.Stabilization {
+		t.Fatalf("n3 asked again %v after the refusal, within the stabilisation delay %v: it kept n9's old claims", d, cfg.Stabilization)
+	}
+}
+
 // TestEpochJumpIsRefused: a message naming an epoch or term more than
 // MaxEpochJump above what the node has seen is dropped and reported, never
 // adopted: one forged ELECTION or COORDINATOR cannot throw the epochs far

@@ -26,6 +26,10 @@ type sim struct {
 	queue []Message
 	trace []Message // every delivered message
 	base  func(Member) Config
+	// confirm, if set, answers a leader's Ready.Preempt as its driver
+	// would (Config.ConfirmPreempt): whether to can take the term, and
+	// whether the answer came at all.
+	confirm func(leader, to Node) (canTake, answered bool)
 }
 
 type simNode struct {
@@ -157,6 +161,12 @@ func (s *sim) flush(name string) {
 			n.ended = append(n.ended, rd.Why)
 		}
 		s.queue = append(s.queue, rd.Messages...)
+		if !rd.Preempt.IsZero() && s.confirm != nil {
+			if canTake, answered := s.confirm(n.member.Node, rd.Preempt); answered {
+				n.m.PreemptAnswered(s.now, rd.Preempt, canTake)
+				continue
+			}
+		}
 		if rd.Acquire == 0 {
 			break
 		}

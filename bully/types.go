@@ -197,4 +197,9 @@ type Ready struct {
 	// Exhausted reports that this node cannot start a term: its epoch is
 	// the largest there is.
 	Exhausted bool
+	// Preempt, when non-zero, is the higher node this leader would yield
+	// its term to (Config.ConfirmPreempt): the driver asks that node
+	// whether it can take the term now and reports the answer with
+	// PreemptAnswered. The leader keeps its term meanwhile.
+	Preempt Node
 }
