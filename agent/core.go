@@ -54,6 +54,7 @@ type core struct {
 		roster   leasing.Roster // the roster of the last won round
 	}
 	stopping *pendingStop // a term ended whose release waits for local work to stop
+	preempt  bully.Node   // a higher node to ask before yielding to it (core_preempt.go)
 	relay    relayed      // a resigned leader's release, relayed with acquires
 	named    namedLeases  // core_named.go
 
@@ -168,6 +169,7 @@ func newCore(cfg coreConfig, st coreStores, log *slog.Logger, now time.Time) (*c
 	ec.Self = bully.Member{Node: cfg.Self, Eligible: cfg.Eligible}
 	ec.Epoch = epochs.Epoch()
 	ec.TransferWindow = transferWindow(cfg)
+	ec.ConfirmPreempt = true // the driver asks the claimant (core_preempt.go)
 	m, err := bully.New(ec, now)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -435,6 +437,9 @@ func (c *core) process(now time.Time) {
 			if msg.Type == bully.MsgElection {
 				asked = append(asked, msg.To.Name)
 			}
+		}
+		if !rd.Preempt.IsZero() {
+			c.preempt = rd.Preempt
 		}
 		if len(asked) > 0 {
 			c.log.Debug("election: asking the higher nodes", "to", strings.Join(asked, " "),

@@ -105,6 +105,9 @@ type cnode struct {
 	storageDown bool
 	granted     uint64 // highest acquire epoch it granted (checked: grows)
 	drained     bool   // core_drain_sim_test.go
+	// yieldChecked is the last term whose preemption checkYield checked
+	// (core_preempt_sim_test.go).
+	yieldChecked uint64
 }
 
 type flight struct {
@@ -379,6 +382,9 @@ func (s *csim) collect(name string) {
 		n.c.stopped(s.local(n, s.now), e)
 	}
 	for _, m := range n.c.ready() {
+		if b := m.env.Bully; b != nil {
+			s.checkYield(n, *b)
+		}
 		s.send(flight{from: name, to: m.to.Name, env: m.env, sent: s.now})
 	}
 	n.c.dispatched(s.local(n, s.now))
@@ -391,6 +397,9 @@ func (s *csim) collect(name string) {
 		s.checkJointCommitted(n, n.advertised, r)
 		n.advertised = r // gossip spreads the new tags, as serf does
 		s.syncViews()
+	}
+	if to, ok := n.c.takePreemptAsk(); ok {
+		s.answerPreempt(n, to) // core_preempt_sim_test.go
 	}
 }
 

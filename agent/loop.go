@@ -236,6 +236,9 @@ func (a *Agent) flush() *sync.WaitGroup {
 		a.send(msg, &sent)
 	}
 	a.core.dispatched(a.cfg.Clock.Now())
+	if n, ok := a.core.takePreemptAsk(); ok {
+		a.askPreempt(n, a.core.peerWait(now))
+	}
 	a.advertiseCluster()
 	return &sent
 }

@@ -157,6 +157,24 @@ func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration
 	return nil
 }
 
+// askPreempt asks n, the higher node this leader's election would yield
+// its term to, whether it can take the term (askCanTake, off the driver,
+// within wait), and gives the answer to the core (core_preempt.go).
+func (a *Agent) askPreempt(n bully.Node, wait time.Duration) {
+	a.sends.Add(1)
+	go func() {
+		defer a.sends.Done()
+		err := a.askCanTake(a.ctx, n, wait)
+		if err != nil {
+			a.counts.add("preempt.refused")
+		}
+		_ = a.do(a.ctx, func() {
+			a.core.preemptAnswered(a.cfg.Clock.Now(), n, err)
+			a.flush()
+		})
+	}()
+}
+
 // serveCanTake answers a leader about to name this node its successor
 // (handlePeer calls it off the driver): the core's answer (core.canTake),
 // and when that is yes and the core wants the voters checked
