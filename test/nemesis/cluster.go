@@ -252,7 +252,7 @@ func (c *Cluster) StartAgents(nodes ...*Node) error {
 
 func (c *Cluster) agentArgs(n *Node) []string {
 	args := []string{"agent", "--name", n.Name, "--id", fmt.Sprint(n.ID),
-		"--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--encrypt", c.key,
+		"--bind", "0.0.0.0:7946", "--peer-bind", fmt.Sprintf("0.0.0.0:%d", peerPort), "--encrypt", c.key,
 		"--expect", fmt.Sprint(n.expect), "--data-dir", n.dataDir(), "--socket", n.Socket(),
 		"--lease-ttl", c.cfg.TTL.String(), "--timing", "local",
 		"--journal", filepath.Join(c.cfg.Dir, "journal-"+n.Name+".jsonl"),

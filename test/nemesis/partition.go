@@ -12,13 +12,17 @@ import (
 )
 
 // Drop is one iptables rule on a node's INPUT chain: packets from From
-// are dropped (only UDP ones if UDP; each with probability Prob if it is
-// above 0).
+// are dropped (only UDP ones if UDP, only TCP ones to port TCPPort if it
+// is set; each with probability Prob if it is above 0).
 type Drop struct {
 	On, From string
 	UDP      bool
+	TCPPort  int
 	Prob     float64
 }
+
+// peerPort is the port of every agent's peer transport (--peer-bind).
+const peerPort = 7947
 
 // Partition is a network fault between the agents' hosts, as the DROP
 // rules that make it. The store's host is never cut off.
@@ -115,6 +119,19 @@ func CutBut(nodes []string, node, keep string) Partition {
 		Drops: cutBoth([]string{node}, rest)}
 }
 
+// PeerCutBut cuts node's peer transport (TCP to the peer port, both
+// ways) from every node but keep, while gossip still reaches all: node
+// stays alive to every member, and answers keep, but reaches no other
+// voter's peer port.
+func PeerCutBut(nodes []string, node, keep string) Partition {
+	rest := without(without(nodes, node), keep)
+	var d []Drop
+	for _, y := range rest {
+		d = append(d, Drop{On: node, From: y, TCPPort: peerPort}, Drop{On: y, From: node, TCPPort: peerPort})
+	}
+	return Partition{Kind: "peer-cut-but", Detail: fmt.Sprintf("%s | %s (peer port), %s reaching both", node, side(rest), keep), Drops: d}
+}
+
 // Loss drops each packet between any two nodes with probability p.
 func Loss(nodes []string, p float64) Partition {
 	var d []Drop
@@ -151,8 +168,11 @@ func (c *Cluster) setRules(drops []Drop) error {
 				return fmt.Errorf("nemesis: partition names unknown node %q", d.From)
 			}
 			fmt.Fprintf(&b, "-A INPUT -s %s/32", from.Host.Addr)
-			if d.UDP {
+			switch {
+			case d.UDP:
 				b.WriteString(" -p udp")
+			case d.TCPPort != 0:
+				fmt.Fprintf(&b, " -p tcp --dport %d", d.TCPPort)
 			}
 			if d.Prob > 0 {
 				fmt.Fprintf(&b, " -m statistic --mode random --probability %.3f", d.Prob)

@@ -188,7 +188,10 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if refused, err = c.act(s, node, to); err != nil {
 		return what, refused, err
 	}
-	if s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain {
+	switch {
+	case s.Under == FaultCutClaimant:
+		time.Sleep(s.Hold) // the drain's; the cut comes after it
+	case s.Under != "" || s.Kind == FaultStop || s.Kind == FaultDrain:
 		time.Sleep(s.underHold())
 	}
 	if err := undo(); err != nil {
@@ -199,7 +202,32 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if err != nil {
 		return what, refused, err
 	}
+	if s.Under == FaultCutClaimant {
+		cut, err := c.cutClaimant(s, node)
+		what += "; " + cut
+		if err != nil {
+			return what, refused, err
+		}
+	}
 	return what, refused, c.Heal("every agent running and undrained, network whole")
+}
+
+// cutClaimant cuts the peer transport of claimant, whose drain was just
+// lifted, from every node but the leader, s.CutAfter later, for
+// s.UnderHold (FaultCutClaimant). Gossip still reaches every node, so
+// the leader sees the claimant alive and its claims stand.
+func (c *Cluster) cutClaimant(s Step, claimant *Node) (string, error) {
+	time.Sleep(s.CutAfter)
+	leader := c.Leader()
+	if leader == nil || leader == claimant {
+		return "", fmt.Errorf("nemesis: cut-claimant: %s's drain lifted %v ago, and the leader is %v, not another node", claimant.Name, s.CutAfter, leader)
+	}
+	p := PeerCutBut(names(c.nodes), claimant.Name, leader.Name)
+	if err := c.Partition(p); err != nil {
+		return "", err
+	}
+	time.Sleep(s.underHold())
+	return p.Detail + fmt.Sprintf(" (%v after the drain was lifted)", s.CutAfter), c.HealNetwork()
 }
 
 // operands draws whom an operator's action of step s involves: the
@@ -213,7 +241,7 @@ func (c *Cluster) operands(s Step, rng *rand.Rand) (leader, node, to *Node, what
 	if rng.IntN(2) == 0 {
 		node = c.randomUp(rng)
 	}
-	if s.Kind == FaultResign || s.OnSuccessor { // asked of the leader whatever the draw
+	if s.Kind == FaultResign || s.OnSuccessor || s.Under == FaultCutClaimant { // asked of the leader whatever the draw
 		node = leader
 	}
 	what = node.Name
@@ -235,6 +263,9 @@ func (c *Cluster) operands(s Step, rng *rand.Rand) (leader, node, to *Node, what
 // node; it says what it did and returns what undoes it.
 func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (string, func() error, error) {
 	none := func() error { return nil }
+	if s.Under == FaultCutClaimant {
+		return "", none, nil // after the act (cutClaimant)
+	}
 	p, ok := c.network(s.Under, s.Loss, leader, rng)
 	if s.Under == FaultCutSuccessor {
 		successor := to // a transfer's; a resign names the next highest

@@ -36,6 +36,12 @@ const (
 	// answers the leader, but cannot reach a majority of the voters. Not
 	// drawn: a fixed scenario's.
 	FaultCutSuccessor = "cut-successor"
+	// FaultCutClaimant, under a drain, cuts the drained node's peer
+	// transport from every node but the leader that followed it, CutAfter
+	// its drain is lifted (gossip still reaches all): it claims the term
+	// back (it outranks that leader), and is cut off from the voters
+	// while it claims. Not drawn: a fixed scenario's.
+	FaultCutClaimant = "cut-claimant"
 )
 
 // Operator actions, drawn beside the faults when a plan includes them:
@@ -94,6 +100,9 @@ type Step struct {
 	// action lasts instead of Hold: a fixed scenario's choice, for a
 	// resign whose --hold should end before the fault does.
 	UnderHold time.Duration
+	// CutAfter is, for a drain under FaultCutClaimant, how long after the
+	// drain is lifted the cut comes.
+	CutAfter time.Duration
 }
 
 // underHold is how long the fault under an operator's action lasts.
