@@ -389,18 +389,24 @@ func (s *csim) refusesTerm(b string) bool {
 	now := s.local(nb, s.now)
 	r := nb.c.canTake(now)
 	s.collect(b)
-	if r.Refused != "" {
-		return true
-	}
-	rc, _, check := nb.c.canTakeCheck(now)
+	return r.Refused != "" || !s.reachesVoters(b)
+}
+
+// reachesVoters reports whether b, asked whether it can take a term,
+// would hear from a majority of the voters as the network stands now
+// (core.canTakeCheck, Agent.checkReach); true when it runs without a
+// quorum.
+func (s *csim) reachesVoters(b string) bool {
+	nb := s.nodes[b]
+	rc, _, check := nb.c.canTakeCheck(s.local(nb, s.now))
 	if !check {
-		return false
+		return true
 	}
 	answered := map[string]bool{}
 	for _, v := range rc.others() {
 		answered[v.Name] = s.answers(b, v.Name)
 	}
-	return !rc.reached(answered)
+	return rc.reached(answered)
 }
 
 // answers reports whether a request from a, running, to b would be

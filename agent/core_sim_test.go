@@ -381,10 +381,8 @@ func (s *csim) collect(name string) {
 	if e, ok := n.c.stopPending(); ok && s.eagerRelease {
 		n.c.stopped(s.local(n, s.now), e)
 	}
+	s.checkYields(n) // core_preempt_sim_test.go
 	for _, m := range n.c.ready() {
-		if b := m.env.Bully; b != nil {
-			s.checkYield(n, *b)
-		}
 		s.send(flight{from: name, to: m.to.Name, env: m.env, sent: s.now})
 	}
 	n.c.dispatched(s.local(n, s.now))

@@ -50,8 +50,9 @@ type envelope struct {
 	Transfer      string         `msgpack:"transfer,omitempty"`
 	TransferReply *transferReply `msgpack:"transfer_reply,omitempty"`
 	// CanTake asks the node a leader is about to name successor (of a
-	// transfer, or a resign's natural one) whether it can take the term
-	// now; CanTakeReply answers (core.canTake). An agent of an older
+	// transfer, a resign's natural one, or a higher node it would yield
+	// to by preemption) whether it can take the term now; CanTakeReply
+	// answers (core.canTake). An agent of an older
 	// release answers with an empty envelope, which reads as yes.
 	CanTake      bool          `msgpack:"can_take,omitempty"`
 	CanTakeReply *canTakeReply `msgpack:"can_take_reply,omitempty"`
