@@ -120,14 +120,14 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 
 // TestPreemptionOfCutOffClaimant drains the leader, h5: h4 takes over.
 // The drain is lifted after 3 s, and h5, the highest node, claims the
-// term back from h4; cutAfter later, while it claims, its peer transport
-// is cut off from every node but h4 for stalledHold (gossip still
-// reaches all, so h4 sees it alive). Reaching two of the five voters, it
-// could not win a lease round: h4 must keep its term until the network
-// heals (it asks h5 before it yields, and h5 refuses). Before, h4 yielded
-// on h5's claims, which it made while its last probe of the voters was
-// fresh, and the cluster had no leader for the transfer window, then
-// elected another term while h5 was cut off.
+// term back from h4; -nemesis.cut-after (1.5 s) later, while it claims,
+// its peer transport is cut off from every node but h4 for stalledHold
+// (gossip still reaches all, so h4 sees it alive). Reaching two of the
+// five voters, it could not win a lease round: h4 must keep its term
+// until the network heals (it asks h5 before it yields, and h5 refuses).
+// Before, h4 yielded on h5's claims, which it made while its last probe
+// of the voters was fresh, and the cluster had no leader for the
+// transfer window, then elected another term while h5 was cut off.
 func TestPreemptionOfCutOffClaimant(t *testing.T) {
 	bin := setUp(t, false)
 	step := Step{Kind: FaultDrain, Under: FaultCutClaimant, Hold: 3 * time.Second, UnderHold: stalledHold, CutAfter: *cutAfterFlag}
@@ -159,14 +159,18 @@ func TestPreemptionOfCutOffClaimant(t *testing.T) {
 	// Whether the leader asked and was refused depends on when the cut
 	// fell: the claimant's own probe may find it cut off first, and then
 	// it stops claiming.
-	logs, _ := filepath.Glob(filepath.Join(res.Dir, "h*", "agent.log"))
+	logs, err := filepath.Glob(filepath.Join(res.Dir, "h*", "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, path := range logs {
-		n := filepath.Base(filepath.Dir(path))
-		if log, err := os.ReadFile(path); err == nil {
-			for line := range strings.Lines(string(log)) {
-				if strings.Contains(line, "cannot take it now; keeping the term") {
-					t.Logf("%s: %s", n, strings.TrimSpace(line))
-				}
+		log, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(log)) {
+			if strings.Contains(line, "cannot take it now; keeping the term") {
+				t.Logf("%s: %s", filepath.Base(filepath.Dir(path)), strings.TrimSpace(line))
 			}
 		}
 	}
@@ -178,11 +182,12 @@ func TestPreemptionOfCutOffClaimant(t *testing.T) {
 	}
 }
 
-// cutAfter is how long after its drain is lifted TestPreemptionOfCutOffClaimant
-// cuts the claimant off: before the leader could yield to it (the
-// stabilisation delay, 2 s with --timing local, from when the leader
-// learns of the lifted drain), and within the announce interval and
-// probe budget before that in which its claims still stand.
+// cutAfterFlag is how long after its drain is lifted
+// TestPreemptionOfCutOffClaimant cuts the claimant off: before the leader
+// could yield to it (the stabilisation delay, 2 s with --timing local,
+// from when the leader learns of the lifted drain), and within the
+// announce interval and probe budget before that in which its claims
+// still stand.
 var cutAfterFlag = flag.Duration("nemesis.cut-after", 1500*time.Millisecond,
 	"TestPreemptionOfCutOffClaimant: how long after the drain is lifted the claimant is cut off")
 
