@@ -363,12 +363,16 @@ func (s *csim) checkHandOverKept() {
 	}
 }
 
-// askSuccessor does what the agent does before a resign, a drain or a
-// graceful stop of leader n (Agent.askSuccessor): it passes over up to
-// maxPassOver natural successors that could not answer n now (stopped,
-// frozen, or with a link between them cut). A node that does not lead
-// names none, and nothing happens.
+// askSuccessor does what the agent does before a resign, a drain, a
+// graceful stop or a step-down for a failed disk of leader n
+// (Agent.askSuccessor): it passes over up to maxPassOver natural
+// successors that could not answer n now (stopped, frozen, or with a link
+// between them cut) or refuse the term. A node that does not lead names
+// none, and nothing happens. n.passedAll records whether it passed over
+// maxPassOver nodes: the RESIGN then names one nobody asked
+// (checkYields).
 func (s *csim) askSuccessor(n *cnode) {
+	n.passedAll = false
 	for range maxPassOver {
 		now := s.local(n, s.now)
 		succ := n.c.naturalSuccessor(now)
@@ -377,6 +381,7 @@ func (s *csim) askSuccessor(n *cnode) {
 		}
 		n.c.passOver(now, succ)
 	}
+	n.passedAll = true
 }
 
 // refusesTerm does what a successor's agent does when a leader asks it

@@ -34,18 +34,27 @@ func (s *csim) checkYields(n *cnode) {
 	}
 }
 
-// checkYield fails the simulation when msg, from n, is the RESIGN of a
-// preemption (no hold, a natural successor) naming a node that could not
-// take the term as the network stands now (whyCannotTake). Each term is
-// checked once (the RESIGN goes to every live member).
+// checkYield fails the simulation when msg, from n, is a RESIGN naming a
+// natural successor (of a preemption, a resign, a drain, a graceful stop
+// or a failed disk) that could not take the term as the network stands
+// now (whyCannotTake), unless n, asking before it resigned, passed over
+// as many nodes as the agent does (askSuccessor). Each term is checked
+// once (the RESIGN goes to every live member).
 func (s *csim) checkYield(n *cnode, msg bully.Message) {
-	if msg.Type != bully.MsgResign || msg.Hold || !msg.Natural || msg.Successor.IsZero() || n.yieldChecked == msg.Term {
+	if msg.Type != bully.MsgResign || !msg.Natural || msg.Successor.IsZero() || n.yieldChecked == msg.Term {
 		return
 	}
 	n.yieldChecked = msg.Term
+	if msg.Hold && n.passedAll {
+		return
+	}
+	what := "a higher node that claimed it"
+	if msg.Hold {
+		what = "its natural successor"
+	}
 	if why := s.whyCannotTake(n.name, msg.Successor.Name); why != "" {
-		s.t.Fatalf("%s yielded term %d to %s, a higher node that claimed it, which %s\n%s",
-			n.name, msg.Term, msg.Successor.Name, why, s.dump())
+		s.t.Fatalf("%s handed term %d to %s, %s, which %s\n%s",
+			n.name, msg.Term, msg.Successor.Name, what, why, s.dump())
 	}
 }
 

@@ -105,9 +105,11 @@ type cnode struct {
 	storageDown bool
 	granted     uint64 // highest acquire epoch it granted (checked: grows)
 	drained     bool   // core_drain_sim_test.go
-	// yieldChecked is the last term whose preemption checkYield checked
-	// (core_preempt_sim_test.go).
+	// yieldChecked is the last term whose hand-over checkYield checked,
+	// and passedAll whether the last askSuccessor passed over as many
+	// nodes as the agent does (core_preempt_sim_test.go).
 	yieldChecked uint64
+	passedAll    bool
 }
 
 type flight struct {
@@ -398,6 +400,11 @@ func (s *csim) collect(name string) {
 	}
 	if to, ok := n.c.takePreemptAsk(); ok {
 		s.answerPreempt(n, to) // core_preempt_sim_test.go
+	}
+	if n.c.takeDiskStepDown() {
+		s.askSuccessor(n) // as the agent does (Agent.stepDownForDisk)
+		n.c.stepDownForDisk(s.local(n, s.now))
+		s.collect(name)
 	}
 }
 

@@ -91,3 +91,38 @@ func TestSuccessorWithFullDiskIsNotNamed(t *testing.T) {
 		t.Fatalf("n2, drained, answers %+v; want a refusal", r)
 	}
 }
+
+// TestLeaderWithFailedDiskAsksItsSuccessor: the leader n5's disk fails
+// (its voter cannot store its next grant) while n4, its natural
+// successor, is frozen. The leader steps down as a drained one does: it
+// asks n4 first, passes over it, and names n3, which leads at once, and
+// no other term comes between. Before, the leader stepped down at the
+// failed write naming n4, which nobody had asked, and the cluster had no
+// leader for the transfer window (checkYields fails the run at such a
+// hand-over).
+func TestLeaderWithFailedDiskAsksItsSuccessor(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	s.waitLeader(10*time.Second, "n5")
+	n5 := s.nodes["n5"]
+	first := n5.led[len(n5.led)-1]
+	s.nodes["n4"].paused = true
+	n5.epochs.failed, n5.grants.failed = true, true
+	// A later epoch reaches it (a lease request of a candidate that could
+	// not hear it), which it must store before it uses or grants it: the
+	// write fails.
+	n5.c.observeEpoch(first + 1)
+	n5.c.process(s.local(n5, s.now))
+	s.collect("n5")
+	if n5.c.storageFailure() == nil {
+		t.Fatalf("n5 stored epoch %d on a failed disk", first+1)
+	}
+	next, took := s.waitLeader(s.ttl, "n3")
+	if next != "n3" || took > s.ttl/4 {
+		t.Fatalf("after n5's disk failed with n4 frozen: %s leads after %v; want n3 at once\n%s", next, took, s.dump())
+	}
+	if led := s.ledSince(first + 1); len(led) != 1 {
+		t.Fatalf("terms since n5's disk failed: %v; want n3's alone", led)
+	}
+	t.Logf("n3 led %v after n5 found its disk failed", took)
+}

@@ -239,6 +239,9 @@ func (a *Agent) flush() *sync.WaitGroup {
 	if n, ok := a.core.takePreemptAsk(); ok {
 		a.askPreempt(n, a.core.peerWait(now))
 	}
+	if a.core.takeDiskStepDown() {
+		a.stepDownForDisk()
+	}
 	a.advertiseCluster()
 	return &sent
 }

@@ -175,6 +175,23 @@ func (a *Agent) askPreempt(n bully.Node, wait time.Duration) {
 	}()
 }
 
+// stepDownForDisk makes this leader, whose data dir cannot be written,
+// step down once it has asked its natural successor (askSuccessor, off
+// the driver), as a drained leader does (core.takeDiskStepDown).
+func (a *Agent) stepDownForDisk() {
+	a.sends.Add(1)
+	go func() {
+		defer a.sends.Done()
+		if err := a.askSuccessor(a.ctx); err != nil {
+			return // the agent stops
+		}
+		_ = a.do(a.ctx, func() {
+			a.core.stepDownForDisk(a.cfg.Clock.Now())
+			a.flush()
+		})
+	}()
+}
+
 // serveCanTake answers a leader about to name this node its successor
 // (handlePeer calls it off the driver): the core's answer (core.canTake),
 // and when that is yes and the core wants the voters checked
