@@ -10,15 +10,18 @@ import (
 	"github.com/tenurehq/tenure/internal/testlog"
 )
 
-// Preemption in the simulation: a leader yields its term to a higher node
-// that kept claiming it (bully.Machine.checkPreempt). Every yield is
-// checked when it is decided (checkYields, from collect): the node it
-// names must be able to take the term then, or the cluster has no leader
-// for the transfer window and then elects a node nobody named. Without
-// the leader's ask (answerPreempt), 21 of 2,000 random schedules failed
-// the check.
+// Hand-overs to a natural successor in the simulation: a leader yields its
+// term to a higher node that kept claiming it (bully.Machine.checkPreempt),
+// or resigns, is drained, stops or finds its disk failed, naming the node
+// the election would pick. Every such hand-over is checked when it is
+// decided (checkYields, from collect): the node it names must be able to
+// take the term then, or the cluster has no leader for the transfer window
+// and then elects a node nobody named. Without the leader's ask
+// (answerPreempt), 21 of 2,000 random schedules failed the check at a
+// preemption; without the ask of a leader whose disk failed
+// (core.takeDiskStepDown), 9 of 2,000 at its step-down.
 
-// checkYields checks the preemptions n decided since its last collect: the
+// checkYields checks the hand-overs n decided since its last collect: the
 // RESIGNs queued, or held back until the term's local work has stopped
 // (core.release), which may be a grace later, when the network may have
 // changed. The decision is what is checked, not the send.
@@ -100,8 +103,9 @@ func (s *csim) whyCannotTake(a, b string) string {
 // cut (gossip still sees it), so it reaches only n4 and itself, two of five
 // voters. Its reach probe finds that within an announce interval and a
 // budget, and until then it still claims: a leader that yielded on those
-// claims handed its term to a node that could not take it. For each
-// instant of the cut over two stabilisation delays, n4 must keep its term
+// claims handed its term to a node that could not take it. For each of
+// 14 instants of the cut, a twelfth of a stabilisation delay apart from
+// the lift of the drain, n4 must keep its term
 // (checkYield fails the run at a yield to n5) until the links heal, and
 // n5 take over after that.
 func TestPreemptionAsksTheClaimant(t *testing.T) {

@@ -168,7 +168,7 @@ func (a *Agent) askPreempt(n bully.Node, wait time.Duration) {
 		if err != nil {
 			a.counts.add("preempt.refused")
 		}
-		_ = a.do(a.ctx, func() {
+		_ = a.do(a.ctx, func() { // an error: the agent stops
 			a.core.preemptAnswered(a.cfg.Clock.Now(), n, err)
 			a.flush()
 		})
@@ -185,7 +185,7 @@ func (a *Agent) stepDownForDisk() {
 		if err := a.askSuccessor(a.ctx); err != nil {
 			return // the agent stops
 		}
-		_ = a.do(a.ctx, func() {
+		_ = a.do(a.ctx, func() { // an error: the agent stops
 			a.core.stepDownForDisk(a.cfg.Clock.Now())
 			a.flush()
 		})
