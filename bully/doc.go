@@ -8,11 +8,13 @@
 // (Acquired, AcquireFailed, LeaseLost), operator requests (Resign,
 // ResignWith with a hold or a successor, SetEligible for a drain), what the
 // driver measured (SetReach: whether the voters are reachable;
-// SetRoundTrip: how long peers take to answer) and the passage of time
+// SetRoundTrip: how long peers take to answer; PreemptAnswered: whether a
+// higher node it would yield to can take the term) and the passage of time
 // (Tick). Every input takes the current instant from the
 // caller's clock; the Machine never reads a clock, sleeps or does I/O, and its
 // only randomness comes from Config.Rand. Outputs are collected by Ready: the
-// messages to send, a lease round to run or release, and the highest epoch,
+// messages to send, a lease round to run or release, a higher node to ask
+// before yielding to it (with Config.ConfirmPreempt), and the highest epoch,
 // which the driver persists before it sends anything.
 //
 // What it does not guarantee. The bully algorithm alone cannot keep two nodes
