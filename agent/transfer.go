@@ -161,32 +161,36 @@ func (a *Agent) askCanTake(ctx context.Context, n bully.Node, wait time.Duration
 // its term to, whether it can take the term (askCanTake, off the driver,
 // within wait), and gives the answer to the core (core_preempt.go).
 func (a *Agent) askPreempt(n bully.Node, wait time.Duration) {
-	a.sends.Add(1)
-	go func() {
-		defer a.sends.Done()
+	a.askThen(func() error {
 		err := a.askCanTake(a.ctx, n, wait)
 		if err != nil {
 			a.counts.add("preempt.refused")
 		}
-		_ = a.do(a.ctx, func() { // an error: the agent stops
-			a.core.preemptAnswered(a.cfg.Clock.Now(), n, err)
-			a.flush()
-		})
-	}()
+		return err
+	}, func(now time.Time, err error) { a.core.preemptAnswered(now, n, err) })
 }
 
 // stepDownForDisk makes this leader, whose data dir cannot be written,
 // step down once it has asked its natural successor (askSuccessor, off
 // the driver), as a drained leader does (core.takeDiskStepDown).
 func (a *Agent) stepDownForDisk() {
+	a.askThen(func() error { return a.askSuccessor(a.ctx) }, func(now time.Time, err error) {
+		if err == nil { // else the agent stops
+			a.core.stepDownForDisk(now)
+		}
+	})
+}
+
+// askThen runs ask off the driver, counted in sends so that a stop waits
+// for it, and then then on the driver with ask's error, and flushes. An
+// agent that stops meanwhile runs nothing more.
+func (a *Agent) askThen(ask func() error, then func(now time.Time, err error)) {
 	a.sends.Add(1)
 	go func() {
 		defer a.sends.Done()
-		if err := a.askSuccessor(a.ctx); err != nil {
-			return // the agent stops
-		}
+		err := ask()
 		_ = a.do(a.ctx, func() { // an error: the agent stops
-			a.core.stepDownForDisk(a.cfg.Clock.Now())
+			then(a.cfg.Clock.Now(), err)
 			a.flush()
 		})
 	}()
