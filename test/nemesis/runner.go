@@ -244,6 +244,12 @@ func (c *Cluster) operands(s Step, rng *rand.Rand) (leader, node, to *Node, what
 	if s.Kind == FaultResign || s.OnSuccessor || s.Under == FaultCutClaimant { // asked of the leader whatever the draw
 		node = leader
 	}
+	if s.Under == FaultDiskStepDown { // neither the leader nor its successor
+		node = c.randomUp(rng, leader, c.highestUp(leader))
+		if node == nil {
+			return nil, nil, nil, "", errors.New("nemesis: disk-step-down: no third running node to stop")
+		}
+	}
 	what = node.Name
 	if node == leader {
 		what += " (leader)"
@@ -265,6 +271,9 @@ func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (st
 	none := func() error { return nil }
 	if s.Under == FaultCutClaimant {
 		return "", none, nil // after the act (cutClaimant)
+	}
+	if s.Under == FaultDiskStepDown {
+		return c.diskStepDown(s, leader)
 	}
 	p, ok := c.network(s.Under, s.Loss, leader, rng)
 	if s.Under == FaultCutSuccessor {
@@ -302,6 +311,26 @@ func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (st
 		return "", none, err
 	}
 	return under, undo, nil
+}
+
+// diskStepDown fills the disk of leader and fills the disk of its
+// natural successor or pauses it (FaultDiskStepDown, s.Successor), says
+// so, and returns what undoes both.
+func (c *Cluster) diskStepDown(s Step, leader *Node) (string, func() error, error) {
+	none := func() error { return nil }
+	successor := c.highestUp(leader)
+	if successor == nil {
+		return "", none, errors.New("nemesis: disk-step-down: no running node but the leader")
+	}
+	if err := c.FillDisk(leader); err != nil {
+		return "", none, err
+	}
+	under, undo, err := c.underProcess(s.Successor, successor)
+	if err != nil {
+		return "", none, errors.Join(err, c.FreeDisk(leader))
+	}
+	return fmt.Sprintf("filled the disk of %s (leader), %s (its successor)", leader.Name, under),
+		func() error { return errors.Join(c.FreeDisk(leader), undo()) }, nil
 }
 
 // act carries out the operator's action of step s on node; refused is

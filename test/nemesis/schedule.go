@@ -42,6 +42,14 @@ const (
 	// back (it outranks that leader), and is cut off from the voters
 	// while it claims. Not drawn: a fixed scenario's.
 	FaultCutClaimant = "cut-claimant"
+	// FaultDiskStepDown, under a stop of a third node, fills the leader's
+	// disk, and fills the disk of its natural successor (the running node
+	// of highest ID after it) or pauses it (Step.Successor): the stop asks
+	// the leader to take the stopping voter out of the roster, the
+	// leader's write of that roster step fails, and it steps down, asking
+	// its successor first, which cannot take the term. Not drawn: a fixed
+	// scenario's.
+	FaultDiskStepDown = "disk-step-down"
 )
 
 // Operator actions, drawn beside the faults when a plan includes them:
@@ -103,6 +111,9 @@ type Step struct {
 	// CutAfter is, for a drain under FaultCutClaimant, how long after the
 	// drain is lifted the cut comes.
 	CutAfter time.Duration
+	// Successor is, under FaultDiskStepDown, what befalls the leader's
+	// natural successor: FaultDiskFull or FaultPause.
+	Successor string
 }
 
 // underHold is how long the fault under an operator's action lasts.
