@@ -42,9 +42,11 @@ func (s *csim) checkYields(n *cnode) {
 // or a failed disk) that could not take the term as the network stands
 // now (whyCannotTake), unless n, asking before it resigned, passed over
 // as many nodes as the agent does (askSuccessor). Each term is checked
-// once (the RESIGN goes to every live member).
+// once, when it is decided (the RESIGN goes to every live member, and may
+// still be held back when a later term of n ends: terms are epochs, so an
+// older one was checked before).
 func (s *csim) checkYield(n *cnode, msg bully.Message) {
-	if msg.Type != bully.MsgResign || !msg.Natural || msg.Successor.IsZero() || n.yieldChecked == msg.Term {
+	if msg.Type != bully.MsgResign || !msg.Natural || msg.Successor.IsZero() || msg.Term <= n.yieldChecked {
 		return
 	}
 	n.yieldChecked = msg.Term

@@ -105,7 +105,7 @@ type cnode struct {
 	storageDown bool
 	granted     uint64 // highest acquire epoch it granted (checked: grows)
 	drained     bool   // core_drain_sim_test.go
-	// yieldChecked is the last term whose hand-over checkYield checked,
+	// yieldChecked is the highest term whose hand-over checkYield checked,
 	// and passedAll whether the last askSuccessor passed over as many
 	// nodes as the agent does (core_preempt_sim_test.go).
 	yieldChecked uint64
