@@ -306,6 +306,11 @@ func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (st
 	if s.Kind == FaultResign && (s.OnSuccessor || s.Under == FaultDiskFull && rng.IntN(2) == 0) {
 		victim = c.highestUp(leader) // the successor its RESIGN names
 	}
+	if s.Kind == FaultStop && s.Under == FaultDiskFull && node != leader && rng.IntN(2) == 0 {
+		// The leader's: it cannot store the roster step that takes the
+		// stopping voter out, and steps down (a disk step-down).
+		victim = leader
+	}
 	under, undo, err := c.underProcess(s.Under, victim)
 	if err != nil {
 		return "", none, err

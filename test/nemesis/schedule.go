@@ -134,7 +134,9 @@ var networkDrawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, F
 // filled is neither the leader nor the node acted on (the operator's
 // command must reach them); for a transfer it is the named successor half
 // the time, unless the command is asked on it, and a resign's natural
-// successor half the time when its disk is filled.
+// successor half the time when its disk is filled. A full disk under a
+// stop of another node is the leader's half the time: it cannot store the
+// roster step that takes the stopping voter out, and steps down.
 var underDrawn = append(slices.Clip(networkDrawn), FaultKill, FaultPause)
 
 func (s Step) String() string {
