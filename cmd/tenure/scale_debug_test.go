@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/testlog"
 )
 
 var scaleProfile = flag.String("scale.profile", "", "write CPU profiles of a voter, an observer and the leader to this directory: during the start (from 5 s, for 20 s) and the idle window")
@@ -181,21 +183,11 @@ func agentPath(log string, start time.Time) ([]string, error) {
 			}
 			found[i] = fmt.Sprintf("%s %.1f", st.name, at.Sub(start).Seconds())
 			if st.name == "led" {
-				found[i] += " (" + fieldOf(line, "leader") + " epoch " + fieldOf(line, "epoch") + ")"
+				found[i] += " (" + testlog.Field(line, "leader") + " epoch " + testlog.Field(line, "epoch") + ")"
 			}
 		}
 	}
 	return slices.DeleteFunc(found, func(s string) bool { return s == "" }), nil
-}
-
-// fieldOf is the value of key=value in a text log line, "" when absent.
-func fieldOf(line, key string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // logMarks are log lines worth counting across the fleet after a start:

@@ -56,3 +56,15 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// Field is the value of key in a line of slog's text format (key=value,
+// unquoted values only), "" when the line has no such field: for tests
+// that read an agent's log.
+func Field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

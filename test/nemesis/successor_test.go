@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/test/nemesis/check"
 )
 
@@ -281,10 +282,10 @@ func TestDiskStepDownAsksTheSuccessor(t *testing.T) {
 			var passed, named string
 			for line := range strings.Lines(string(log)) {
 				switch {
-				case passed == "" && strings.Contains(line, c.passed) && logValue(line, "successor") == successor:
+				case passed == "" && strings.Contains(line, c.passed) && testlog.Field(line, "successor") == successor:
 					passed = strings.TrimSpace(line)
 				case named == "" && strings.Contains(line, "stepping down: releasing the lease"):
-					named = logValue(line, "successor")
+					named = testlog.Field(line, "successor")
 				}
 			}
 			switch {
@@ -333,15 +334,4 @@ func diskStepDownNodes(run *check.Run) (leader, successor string, stalled, back 
 		}
 	}
 	return leader, successor, stalled, back
-}
-
-// logValue is the value of key in a log line of the agent's text format
-// (key=value, unquoted values only), "" when absent.
-func logValue(line, key string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
