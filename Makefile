@@ -24,10 +24,15 @@ demo:
 cluster:
 	./examples/local-cluster/run.sh
 
-# The whole test suite with the race detector, then the short form of the
-# fault-injection harness (which skips unless run as root).
+# The whole test suite with the race detector, then the deterministic
+# simulation's random schedules at their full counts without it (it runs
+# in one goroutine, so under -race they run a short form: the detector
+# has nothing to find there and made them about eight times slower), then the
+# short form of the fault-injection harness (which skips unless run as root).
+SIMTESTS = TestRandomQuorumSchedules|TestRandomBootstrapRaces
 test:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run='^($(SIMTESTS))$$' ./agent
 	$(MAKE) nemesis
 
 check:

@@ -322,7 +322,7 @@ func TestCollidingCandidatesDoNotWaitOutPromises(t *testing.T) {
 }
 
 // schedules is how many random schedules TestRandomQuorumSchedules runs
-// (0: 400, or 30 with -short); go test ./agent -run RandomQuorum
+// (0: 400, or 30 with -short or -race); go test ./agent -run RandomQuorum
 // -schedules=5000 for a long run.
 var schedules = flag.Int("schedules", 0, "random schedules for TestRandomQuorumSchedules")
 
@@ -330,6 +330,19 @@ var schedules = flag.Int("schedules", 0, "random schedules for TestRandomQuorumS
 // comes from its test name, which ends in its index, so the same indices
 // replay the same schedules and -schedules.from=5000 explores new ones.
 var schedulesFrom = flag.Int("schedules.from", 0, "index of the first random schedule (new indices are new seeds)")
+
+// scheduleRuns is how many schedules a random-schedule test runs: its
+// share of -schedules when that is given (at least one), else full, or
+// short with -short or under the race detector (raceDetector).
+func scheduleRuns(flagShare, full, short int) int {
+	switch {
+	case *schedules != 0:
+		return max(flagShare, 1)
+	case testing.Short() || raceDetector:
+		return short
+	}
+	return full
+}
 
 // scheduleIndices returns the indices of runs schedules, from
 // -schedules.from on.
@@ -352,10 +365,7 @@ func scheduleIndices(runs int) []int {
 // off from all peers but one) and a leader must follow within one TTL plus
 // an election, and still be there a while later (I5).
 func TestRandomQuorumSchedules(t *testing.T) {
-	runs := cmp.Or(*schedules, 400)
-	if testing.Short() && *schedules == 0 {
-		runs = 30
-	}
+	runs := scheduleRuns(*schedules, 400, 30)
 	for _, i := range scheduleIndices(runs) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runSchedule(t, i, false) })
 	}
@@ -928,10 +938,7 @@ func (s *csim) rosterConverged() string {
 // N+1 nodes any two sets of N share a node, so two rosters would let each
 // side lead), and I1–I3 hold throughout.
 func TestRandomBootstrapRaces(t *testing.T) {
-	runs := cmp.Or(*schedules/10, 100)
-	if testing.Short() && *schedules == 0 {
-		runs = 20
-	}
+	runs := scheduleRuns(*schedules/10, 100, 20)
 	for _, i := range scheduleIndices(runs) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runBootstrapRace(t, i) })
 	}
