@@ -219,6 +219,7 @@ func (g *gapWatch) end() time.Duration {
 // one TTL. (Before, a stop left the roster at two voters, one of them
 // gone; the second stop or a return cost 2.4 to 10.6 s without a leader.)
 func TestGracefulStopOfTwoVotersInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 3)
 	defer f.dumpLogs()
 	for i := range 3 {
@@ -282,6 +283,7 @@ func TestGracefulStopOfTwoVotersInNamespaces(t *testing.T) {
 // failed for --dead-voter-timeout, the leader puts h4 in its seat. The
 // killed node, restarted later, stays an observer (the set is full).
 func TestFailedVoterReplacedInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 4)
 	defer f.dumpLogs()
 	for i := range 3 {
@@ -322,6 +324,7 @@ func TestFailedVoterReplacedInNamespaces(t *testing.T) {
 // the set to five voters and spreads them over the zones (2, 2, 1); the
 // other 25 stay observers.
 func TestVotersSpreadOverZonesInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	if testing.Short() {
 		t.Skip("30 agents")
 	}
@@ -456,6 +459,7 @@ func runs(t *testing.T, entries []journalEntry) []string {
 // resign hold and the stabilisation delay), and no two commands ever run
 // at once.
 func TestDrainAndTransferMoveRunOnceInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 3)
 	defer f.dumpLogs()
 	for i := range 3 {

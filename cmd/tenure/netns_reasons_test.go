@@ -23,6 +23,7 @@ import (
 // address it dialled, with what its messages got: connection refused for
 // h2, a timeout (or no route) for h3.
 func TestStatusNamesUnreachablePeersInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	hosts := netnsHosts(t, 3)
 	dir := t.TempDir()
 	agents := startNamespaceAgents(t, dir, hosts)

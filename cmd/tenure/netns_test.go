@@ -21,6 +21,9 @@ import (
 // 10.213.0.1..n joined by a bridge (internal/netns), and removes them and
 // what runs in them when the test ends. It skips the test where namespaces
 // cannot be made (not root, no iproute2). All traffic stays inside them.
+// Each call's hosts hang off a bridge of their own, so the same addresses
+// in two tests never meet: the namespace tests run in parallel, and they
+// mostly wait (the agents use about 1 % of a core each).
 func netnsHosts(t *testing.T, n int) []netns.Host {
 	t.Helper()
 	return netns.HostsForTest(t, netns.Options{Prefix: "tn", Subnet: "10.213.0"}, n)
@@ -33,6 +36,7 @@ func netnsHosts(t *testing.T, n int) []netns.Host {
 // [::] never reached each other.) A host with two addresses and no
 // --advertise refuses to start, naming --advertise.
 func TestDefaultBindsInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	hosts := netnsHosts(t, 3)
 	dir := t.TempDir()
 	var joins []string
