@@ -88,12 +88,15 @@ scale:
 # short form, which make test and CI run: NEMESIS_SCHEDULES random
 # schedules (a random seed, printed; NEMESISFLAGS=-nemesis.seed=N replays
 # one) and the test that each deliberately broken build fails its check.
+# Each scenario and random schedule is a cluster on a network of its own,
+# so NEMESIS_PARALLEL of them run at once (their agents mostly wait).
 NEMESIS_SCHEDULES ?= 2
 NEMESIS_STEPS ?= 4
+NEMESIS_PARALLEL ?= 2
 NEMESISFLAGS ?=
 nemesis:
 	./test/nemesis/deps.sh
-	$(GO) test -tags nemesis -count=1 -timeout=30m -v ./test/nemesis \
+	$(GO) test -tags nemesis -count=1 -timeout=30m -parallel=$(NEMESIS_PARALLEL) -v ./test/nemesis \
 		-args -nemesis.schedules=$(NEMESIS_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
 
 # The long form: make soak SCHEDULES=200 runs 200 random schedules (of

@@ -60,8 +60,10 @@ var brokenCases = []brokenCase{
 // through the same faults (isolate the leader, pause its agent, pause its
 // host, a resign, kill it for good) must pass every check.
 func TestCheckerCatchesBrokenBuilds(t *testing.T) {
+	t.Parallel()
 	for _, bc := range brokenCases {
 		t.Run(bc.name, func(t *testing.T) {
+			t.Parallel()
 			bin := setUp(t, len(bc.broken) > 0)
 			res := runBroken(t, RunOptions{Cluster: Config{Bin: bin, Broken: bc.broken, Ineligible: bc.ineligible}, Plan: bc.plan})
 			if res == nil || res.Report == nil {
@@ -79,6 +81,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		})
 	}
 	t.Run("normal-build", func(t *testing.T) {
+		t.Parallel()
 		bin := setUp(t, false)
 		plan := []Step{{Kind: FaultIsolate, Hold: 6 * time.Second}, {Kind: FaultPause, Hold: 8 * time.Second},
 			{Kind: FaultPauseHost, Hold: 8 * time.Second}, {Kind: FaultResign, Hold: 4 * time.Second}, {Kind: FaultCrash}}

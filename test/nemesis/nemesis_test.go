@@ -125,6 +125,7 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 // -nemesis.steps faults each on a cluster of five voters and fails if the
 // checker finds any violation or a process crashed.
 func TestSchedules(t *testing.T) {
+	t.Parallel() // beside the scenarios; its own schedules run one after another
 	bin := setUp(t, false)
 	seed := *seedFlag
 	if seed == 0 {

@@ -48,6 +48,7 @@ const stalledHold = 10 * time.Second
 // Every check must pass, also after the successor returns with the RESIGN
 // naming it still to be read.
 func TestHandOverToStalledSuccessor(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		step    Step
@@ -63,6 +64,7 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 		{"resign-cut", Step{Kind: FaultResign, Under: FaultCutSuccessor, OnSuccessor: true, Hold: 3 * time.Second, UnderHold: stalledHold}, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			bin := setUp(t, false)
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: []Step{c.step}})
 			if res == nil || res.Report == nil || len(res.Steps) != 1 {
@@ -130,6 +132,7 @@ func TestHandOverToStalledSuccessor(t *testing.T) {
 // of the voters was fresh, and the cluster had no leader for the
 // transfer window, then elected another term while h5 was cut off.
 func TestPreemptionOfCutOffClaimant(t *testing.T) {
+	t.Parallel()
 	bin := setUp(t, false)
 	step := Step{Kind: FaultDrain, Under: FaultCutClaimant, Hold: 3 * time.Second, UnderHold: stalledHold, CutAfter: *cutAfterFlag}
 	res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: []Step{step}})
@@ -248,6 +251,7 @@ func stalledSuccessor(t *testing.T, run *check.Run, h check.HandOver) (name stri
 // with its disk full for 22-74 ms, against 4-8 ms now); the simulation
 // found it first (agent: TestLeaderWithFailedDiskAsksItsSuccessor).
 func TestDiskStepDownAsksTheSuccessor(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		successor string // FaultDiskFull or FaultPause
@@ -257,6 +261,7 @@ func TestDiskStepDownAsksTheSuccessor(t *testing.T) {
 		{"successor-paused", FaultPause, "the natural successor did not answer; resigning past it"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			bin := setUp(t, false)
 			step := Step{Kind: FaultStop, Under: FaultDiskStepDown, Successor: c.successor, Hold: 5 * time.Second}
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: []Step{step}})
