@@ -100,12 +100,13 @@ nemesis:
 		-args -nemesis.schedules=$(NEMESIS_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
 
 # The long form: make soak SCHEDULES=200 runs 200 random schedules (of
-# NEMESIS_STEPS faults each) one after another, about 80 s each, and no
-# broken builds. SCHEDULES defaults to 200 here, not to sim's 5000.
+# NEMESIS_STEPS faults each), NEMESIS_PARALLEL at a time (about 70 s
+# each, so 35 s a schedule two at a time), and no broken builds.
+# SCHEDULES defaults to 200 here, not to sim's 5000.
 SOAK_SCHEDULES = $(if $(filter command line environment,$(origin SCHEDULES)),$(SCHEDULES),200)
 soak:
 	./test/nemesis/deps.sh
-	$(GO) test -tags nemesis -count=1 -timeout=0 -v -run='^TestSchedules$$' ./test/nemesis \
+	$(GO) test -tags nemesis -count=1 -timeout=0 -parallel=$(NEMESIS_PARALLEL) -v -run='^TestSchedules$$' ./test/nemesis \
 		-args -nemesis.schedules=$(SOAK_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
 
 # tenure against etcd (bench/, a module of its own so that etcd stays out of

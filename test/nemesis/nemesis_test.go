@@ -18,7 +18,7 @@ import (
 
 var (
 	seedFlag      = flag.Uint64("nemesis.seed", 0, "seed of the first schedule (the next ones use seed+1, ...); 0 picks one from the clock and prints it")
-	schedulesFlag = flag.Int("nemesis.schedules", 2, "number of random schedules TestSchedules runs, one cluster after another")
+	schedulesFlag = flag.Int("nemesis.schedules", 2, "number of random schedules TestSchedules runs, a cluster each (go test -parallel of them at once)")
 	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
 	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
@@ -123,25 +123,33 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 
 // TestSchedules runs -nemesis.schedules random schedules of
 // -nemesis.steps faults each on a cluster of five voters and fails if the
-// checker finds any violation or a process crashed.
+// checker finds any violation or a process crashed. Each schedule is a
+// cluster on a network of its own, so they run in parallel, beside the
+// scenarios too (go test -parallel bounds how many at once).
 func TestSchedules(t *testing.T) {
-	t.Parallel() // beside the scenarios; its own schedules run one after another
+	t.Parallel()
 	bin := setUp(t, false)
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
-	var tally Tally
-	defer func() { t.Logf("seeds %d to %d: %s", seed, seed+uint64(*schedulesFlag)-1, &tally) }()
+	var (
+		mu    sync.Mutex
+		tally Tally
+	)
+	t.Cleanup(func() { t.Logf("seeds %d to %d: %s", seed, seed+uint64(*schedulesFlag)-1, &tally) }) // after every schedule
 	for i := range *schedulesFlag {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+			t.Parallel()
 			plan := Plan(s, *stepsFlag, true, *opsFlag, *diskFlag)
 			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t):\n%s",
 				s, s, *stepsFlag, *opsFlag, *diskFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
+				mu.Lock()
 				tally.Add(res)
+				mu.Unlock()
 			}
 			if res != nil && !res.OK() {
 				t.Errorf("seed %d failed: see the summary above", s)
