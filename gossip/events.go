@@ -2,7 +2,12 @@ package gossip
 
 import (
 	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
 )
 
@@ -18,6 +23,8 @@ func (m *Membership) pump(in <-chan serf.Event) {
 	defer close(m.events)
 	var queue []Event
 	failed := make(map[string]bool) // members last reported failed
+	check := time.NewTicker(m.leaves.bound / 4)
+	defer check.Stop()
 	for {
 		var out chan<- Event
 		var next Event
@@ -29,6 +36,8 @@ func (m *Membership) pump(in <-chan serf.Event) {
 			evs := m.split(e)
 			m.noteReturns(evs, failed)
 			queue = append(queue, evs...)
+		case <-check.C:
+			queue = append(queue, m.checkLeaving(time.Now())...)
 		case out <- next:
 			queue[0] = Event{}
 			queue = queue[1:]
@@ -41,6 +50,44 @@ func (m *Membership) pump(in <-chan serf.Event) {
 			return
 		}
 	}
+}
+
+// checkLeaving looks, at now, for members serf holds leaving while
+// memberlist lists them alive (leaveWatch), and returns an EventUpdate,
+// with the member alive, for each revived by this look.
+func (m *Membership) checkLeaving(now time.Time) []Event {
+	var leaving []serf.Member
+	for _, s := range m.serf.Members() {
+		if s.Status == serf.StatusLeaving && s.Name != m.cfg.Name { // this node's own leave is its own
+			leaving = append(leaving, s)
+		}
+	}
+	if len(leaving) == 0 && !m.leaves.watching() {
+		return nil
+	}
+	alive := map[string]bool{}
+	if len(leaving) > 0 {
+		for _, n := range m.serf.Memberlist().Members() {
+			alive[n.Name] = n.State == memberlist.StateAlive
+		}
+	}
+	names := make([]string, len(leaving))
+	for i, s := range leaving {
+		names[i] = s.Name
+	}
+	revived := m.leaves.observe(now, names, func(name string) bool { return alive[name] })
+	var evs []Event
+	for _, s := range leaving {
+		if !slices.Contains(revived, s.Name) {
+			continue
+		}
+		m.logger.Warn("gossip: serf still holds a member leaving that memberlist sees alive; counting it alive (hashicorp/serf#662)",
+			"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.bound)
+		ev := Event{Type: EventUpdate, Member: m.convert(s)}
+		ev.Member.Status = StatusAlive
+		evs = append(evs, ev)
+	}
+	return evs
 }
 
 // split turns one serf member event into one Event per member. Other serf

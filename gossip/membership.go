@@ -54,6 +54,7 @@ type Membership struct {
 
 	convMu    sync.Mutex                 // guards converted
 	converted map[string]convertedMember // each member as Members last converted it
+	leaves    *leaveWatch                // members serf holds leaving though alive (leaving.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -79,6 +80,7 @@ func Start(cfg Config) (*Membership, error) {
 		cancel:    cancel,
 		warnedIDs: make(map[string]bool),
 		converted: make(map[string]convertedMember),
+		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
 		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
@@ -183,14 +185,20 @@ func (m *Membership) LocalMember() Member {
 }
 
 // Members returns every member serf knows, in any status, sorted by name.
-// The Tags of the members returned are shared with later calls: read them,
-// do not change them.
+// A member serf has held leaving past a real leave's bound while
+// memberlist lists it alive is reported alive (leaveWatch). The Tags of
+// the members returned are shared with later calls: read them, do not
+// change them.
 func (m *Membership) Members() []Member {
 	sm := m.serf.Members()
 	out := make([]Member, 0, len(sm))
 	m.convMu.Lock()
 	for _, s := range sm {
-		out = append(out, m.convertCached(s))
+		c := m.convertCached(s)
+		if c.Status == StatusLeaving && m.leaves.isRevived(c.Name) {
+			c.Status = StatusAlive
+		}
+		out = append(out, c)
 	}
 	if len(m.converted) > 2*len(sm) {
 		m.dropGone(sm)
