@@ -100,8 +100,9 @@ nemesis:
 		-args -nemesis.schedules=$(NEMESIS_SCHEDULES) -nemesis.steps=$(NEMESIS_STEPS) $(NEMESISFLAGS)
 
 # The long form: make soak SCHEDULES=200 runs 200 random schedules (of
-# NEMESIS_STEPS faults each), NEMESIS_PARALLEL at a time (about 70 s
-# each, so 35 s a schedule two at a time), and no broken builds.
+# NEMESIS_STEPS faults each), NEMESIS_PARALLEL at a time (about 50 s each
+# with 4 faults, 70 s with 6: two at a time, half that a schedule), and no
+# broken builds.
 # SCHEDULES defaults to 200 here, not to sim's 5000.
 SOAK_SCHEDULES = $(if $(filter command line environment,$(origin SCHEDULES)),$(SCHEDULES),200)
 soak:

@@ -180,7 +180,7 @@ func (c *Cluster) setRules(drops []Drop) error {
 			b.WriteString(" -j DROP\n")
 		}
 		b.WriteString("COMMIT\n")
-		cmd := n.Host.Command("iptables-restore", "-w") // wait for the xtables lock runs side by side share (iptables-legacy)
+		cmd := n.Host.Command("iptables-restore", "-w") // wait for the xtables lock, which runs side by side share under iptables-legacy
 		cmd.Stdin = strings.NewReader(b.String())
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("nemesis: iptables-restore on %s: %w: %s", n.Name, err, out)
