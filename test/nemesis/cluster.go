@@ -48,6 +48,9 @@ type Config struct {
 	Broken []string
 	// Ineligible names nodes started with --eligible=false.
 	Ineligible []string
+	// AgentLogLevel is every agent's --log-level; "" leaves the agents'
+	// default (info). The agents' logs are agent.log in each node's dir.
+	AgentLogLevel string
 	// Logger reports the run's progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -257,6 +260,9 @@ func (c *Cluster) agentArgs(n *Node) []string {
 		"--lease-ttl", c.cfg.TTL.String(), "--timing", "local",
 		"--journal", filepath.Join(c.cfg.Dir, "journal-"+n.Name+".jsonl"),
 		fmt.Sprintf("--eligible=%t", n.eligible)}
+	if c.cfg.AgentLogLevel != "" {
+		args = append(args, "--log-level", c.cfg.AgentLogLevel)
+	}
 	for _, m := range c.nodes[:c.cfg.Voters] {
 		args = append(args, "--join", m.Host.Addr+":7946")
 	}

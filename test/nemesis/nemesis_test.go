@@ -24,6 +24,7 @@ var (
 	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
+	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
 )
 
@@ -95,6 +96,9 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 	o.Cluster.Net = netns.ForTest(t, netOptions)
 	if o.Cluster.TTL == 0 {
 		o.Cluster.TTL = *ttlFlag
+	}
+	if o.Cluster.AgentLogLevel == "" {
+		o.Cluster.AgentLogLevel = *logLevelFlag
 	}
 	if o.Cluster.Voters == 0 {
 		o.Cluster.Voters = 5
