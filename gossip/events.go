@@ -62,9 +62,6 @@ func (m *Membership) checkLeaving(now time.Time) []Event {
 			leaving = append(leaving, s)
 		}
 	}
-	if len(leaving) == 0 && !m.leaves.watching() {
-		return nil
-	}
 	alive := map[string]bool{}
 	if len(leaving) > 0 {
 		for _, n := range m.serf.Memberlist().Members() {

@@ -94,10 +94,3 @@ func (w *leaveWatch) isRevived(name string) bool {
 	defer w.mu.Unlock()
 	return w.revived[name]
 }
-
-// watching reports whether any member is being watched.
-func (w *leaveWatch) watching() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.since) > 0 || len(w.revived) > 0
-}
