@@ -127,7 +127,8 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 
 // TestSchedules runs -nemesis.schedules random schedules of
 // -nemesis.steps faults each on a cluster of five voters and fails if the
-// checker finds any violation or a process crashed. Each schedule is a
+// checker finds any violation, a process crashed, or the agents did not
+// agree on a leader again after a step (Result.Unsettled). Each schedule is a
 // cluster on a network of its own, so they run in parallel, beside the
 // scenarios too (go test -parallel bounds how many at once).
 func TestSchedules(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 // step did, then the checker's report under "check".
 type reportJSON struct {
 	OK            bool          `json:"ok"`
+	Unsettled     []string      `json:"unsettled,omitempty"`
 	Seed          uint64        `json:"seed"`
 	TTLMS         int64         `json:"ttl_ms"`
 	ElectionBound int64         `json:"election_bound_ms"`
@@ -42,7 +43,7 @@ type stepJSON struct {
 
 // write writes report.json and summary.txt into the run directory.
 func (r *Result) write(o RunOptions) error {
-	rep := reportJSON{OK: r.OK(), Seed: r.Seed, TTLMS: o.Cluster.TTL.Milliseconds(),
+	rep := reportJSON{OK: r.OK(), Unsettled: r.Unsettled(), Seed: r.Seed, TTLMS: o.Cluster.TTL.Milliseconds(),
 		ElectionBound: o.ElectionBound.Milliseconds(), BootMS: r.Boot.Milliseconds(), BootUnstable: r.BootUnstable,
 		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), Check: r.Report}
 	for _, s := range r.Steps {
@@ -95,6 +96,9 @@ func (r *Result) Summary(o RunOptions) string {
 	if r.StopErr != "" {
 		fmt.Fprintf(&b, "STOP: %s\n", r.StopErr)
 	}
+	if u := r.Unsettled(); len(u) > 0 {
+		fmt.Fprintf(&b, "UNSETTLED: no agreement on a leader after %s\n", strings.Join(u, ", "))
+	}
 	if r.Report != nil {
 		b.WriteString(r.Report.String())
 	} else {
@@ -120,7 +124,9 @@ type Tally struct {
 	// HandOvers are the operator's acts that moved leadership, as the
 	// checker measured them.
 	HandOvers []check.HandOver
-	Failed    map[string]int // failed verdicts by check name
+	// Failed counts failed verdicts by check name, and runs with a step
+	// that did not settle under "settle".
+	Failed map[string]int
 }
 
 // Add counts one run.
@@ -131,6 +137,9 @@ func (t *Tally) Add(r *Result) {
 	t.Runs++
 	if !r.OK() {
 		t.FailedSeeds = append(t.FailedSeeds, r.Seed)
+	}
+	if len(r.Unsettled()) > 0 {
+		t.Failed["settle"]++
 	}
 	for _, s := range r.Steps {
 		t.Faults[s.Step.Kind]++

@@ -27,3 +27,38 @@ func TestHandOverTallyAligns(t *testing.T) {
 		t.Fatalf("the counts are not in one column:\n%s", b.String())
 	}
 }
+
+// TestUnsettledStepFailsTheRun: a run in which every check passed but the
+// agents did not agree on a leader after a step fails, and says after
+// which step; the same run with every step settled passes.
+func TestUnsettledStepFailsTheRun(t *testing.T) {
+	passed := &check.Report{Verdicts: []check.Verdict{{Name: check.NameOneLease, OK: true}}}
+	steps := []StepResult{
+		{Step: Step{Kind: FaultPause}, Stable: time.Second},
+		{Step: Step{Kind: FaultStop}, Stable: 12 * time.Second, Unstable: "h1 sees 4 live members of 5 running"},
+	}
+	r := &Result{Seed: 7, Steps: steps, Report: passed}
+	if r.OK() {
+		t.Fatal("a run with an unsettled step passed")
+	}
+	if got := r.Unsettled(); len(got) != 1 || got[0] != "step 2" {
+		t.Fatalf("Unsettled() = %q, want [step 2]", got)
+	}
+	if s := r.Summary(RunOptions{}); !strings.HasPrefix(s, "nemesis run: FAIL") || !strings.Contains(s, "UNSETTLED: no agreement on a leader after step 2") {
+		t.Fatalf("the summary does not say so:\n%s", s)
+	}
+	var tally Tally
+	tally.Add(r)
+	if len(tally.FailedSeeds) != 1 || tally.Failed["settle"] != 1 || tally.Unstable[FaultStop] != 1 {
+		t.Fatalf("tally: %s", &tally)
+	}
+
+	r.Steps[1].Unstable = ""
+	if !r.OK() || len(r.Unsettled()) != 0 {
+		t.Fatalf("the run with every step settled failed: %q", r.Unsettled())
+	}
+	r.BootUnstable = "h3 knows no leader"
+	if r.OK() || r.Unsettled()[0] != "boot" {
+		t.Fatalf("a run whose boot did not settle passed: %q", r.Unsettled())
+	}
+}

@@ -51,9 +51,29 @@ type Result struct {
 	Elapsed time.Duration
 }
 
-// OK reports whether every check passed and no process failed.
+// OK reports whether every check passed, no process failed, and the
+// agents agreed on a leader after the boot and after every step.
 func (r *Result) OK() bool {
-	return r.Report != nil && r.Report.OK() && len(r.Crashed) == 0 && r.StopErr == ""
+	return r.Report != nil && r.Report.OK() && len(r.Crashed) == 0 && r.StopErr == "" && len(r.Unsettled()) == 0
+}
+
+// Unsettled names the boot and the steps after which the running agents
+// did not agree on a leader within the wait. Every step ends with every
+// agent running, undrained and the network whole, so the agents must agree
+// again within the liveness bound (plus stableSlack): a step that does not
+// settle is a defect even when every check passes (a node that counts a
+// live member as gone, or keeps following a leader that no longer leads).
+func (r *Result) Unsettled() []string {
+	var out []string
+	if r.BootUnstable != "" {
+		out = append(out, "boot")
+	}
+	for i, s := range r.Steps {
+		if s.Unstable != "" {
+			out = append(out, fmt.Sprintf("step %d", i+1))
+		}
+	}
+	return out
 }
 
 // Options is what the checker is told about the run: the agents' TTL,
