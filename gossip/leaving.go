@@ -9,16 +9,19 @@ import (
 // leave would have ended, while memberlist sees them alive, and counts
 // them alive again (hashicorp/serf#662, open). Serf moves a member to
 // leaving on a leave intent, without an event, and back to alive only on
-// a join intent with a later Lamport time; a leave intent can outrank the
-// join the member announces when it returns: one read late, by a node
-// that was paused while the member left and came back, or one serf makes
-// up from a push-pull of a node that had read the join while it still
-// listed the member as left (it takes the left member's time plus one).
-// Memberlist, which saw no failure, reports no join either, so nothing
-// clears the state until the member fails or leaves again. Seen in the
-// fault harness (docs/RELIABILITY.md, "A live member seen as leaving"): a
-// node resumed after a pause held the restarted leader as leaving for 16
-// s, and dropped it as leader every second.
+// a join intent with a later Lamport time. A push-pull makes up a leave
+// for every member the other side lists as left, one past the other
+// side's time for it, so while a member is away its leave's time climbs
+// with every exchange between members that list it left; the join the
+// member announces on its return, stamped from the clocks of the members
+// it joined through, can be below it. A member that still lists it left
+// then hands a node that has already taken the return a leave above the
+// join, and memberlist there, which saw the member alive, reports no
+// join, so nothing clears the state until the member fails or leaves
+// again. Seen in the fault harness
+// (docs/RELIABILITY.md, "A live member seen as leaving"): a node resumed
+// after a pause held the restarted leader as leaving for 16 s, and
+// dropped it as leader every second.
 //
 // A real leave ends within its own bound (leaveBound): the member
 // broadcasts the intent, then memberlist's leave, waits, and stops, and
