@@ -58,9 +58,10 @@ func (r *Result) OK() bool {
 }
 
 // Unsettled names the boot and the steps after which the running agents
-// did not agree on a leader within the wait. Every step ends with every
-// agent running, undrained and the network whole, so the agents must agree
-// again within the liveness bound (plus stableSlack): a step that does not
+// did not agree on a leader within the wait. Every step ends with the
+// network whole and every agent undrained and running (but for the one a
+// crash-leader step leaves down), so the running agents must agree again
+// within the liveness bound (plus stableSlack): a step that does not
 // settle is a defect even when every check passes (a node that counts a
 // live member as gone, or keeps following a leader that no longer leads).
 func (r *Result) Unsettled() []string {
