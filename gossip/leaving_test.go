@@ -1,9 +1,12 @@
 package gossip
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/serf/serf"
 )
 
 // TestLeaveWatchRevivesOnlyStuckLeaves: a member serf holds leaving is
@@ -54,4 +57,104 @@ func TestLeaveWatchRevivesOnlyStuckLeaves(t *testing.T) {
 	if got := at(30*time.Second, "stuck"); len(got) != 0 || w.isRevived("stuck") {
 		t.Fatalf("a new leave was revived at once: %v", got)
 	}
+}
+
+// TestLeaveMadeUpByPushPullIsRevived makes serf's stuck leaving state
+// (hashicorp/serf#662, leaveWatch) on demand, by the path the fault
+// harness met, and checks that the member counts alive again after the
+// bound. y leaves gracefully; while it is away, r and s, cut off from o,
+// exchange state ten times, each exchange raising the time serf gives y's
+// leave on both; then y returns through o alone, stamping its join from
+// o's clock, which saw none of that; o takes y alive. r, which heard
+// nothing of the return, then exchanges state with o: serf on o makes up a
+// leave from r's list of left members, one past r's time, which outranks
+// y's join, and holds y leaving while memberlist lists it alive. No later
+// join outranks it, so without leaveWatch o would count y gone for good.
+func TestLeaveMadeUpByPushPullIsRevived(t *testing.T) {
+	nodes := startCluster(t, 4, nil)
+	o, r, s, y := nodes[0], nodes[1], nodes[2], nodes[3]
+	addr := func(nd *node) string { return nd.LocalMember().Addr }
+	block := func(nd *node, far ...*node) {
+		f := func(a string) bool { return slices.ContainsFunc(far, func(x *node) bool { return addr(x) == a }) }
+		nd.net.blocked.Store(&f)
+	}
+	pushPull := func(from, to *node) {
+		t.Helper()
+		// memberlist's own join: one exchange of state, without the join
+		// intent serf's Join would broadcast (its time would reach o).
+		if _, err := from.serf.Memberlist().Join([]string{addr(to)}); err != nil {
+			t.Fatalf("%s exchanges state with %s: %v", from.cfg.Name, to.cfg.Name, err)
+		}
+	}
+
+	yCfg := y.cfg
+	yCfg.BindAddr, yCfg.Join = addr(y), nil
+	if err := y.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range []*node{o, r, s} {
+		waitStatus(t, 10*time.Second, nd, []*node{y}, StatusLeft)
+	}
+
+	block(o, r, s)
+	block(r, o)
+	block(s, o)
+	for range 10 {
+		pushPull(r, s)
+	}
+	block(r, o, s) // r hears nothing of y's return from here on
+	block(s, o, r)
+
+	back := startNode(t, yCfg)
+	block(back, r, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := back.Join(ctx, []string{addr(o)}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, 5*time.Second, o, []*node{back}, StatusAlive)
+
+	block(r, s)
+	pushPull(r, o)
+	serfStatus := func() serf.MemberStatus {
+		for _, m := range o.serf.Members() {
+			if m.Name == yCfg.Name {
+				return m.Status
+			}
+		}
+		return serf.StatusNone
+	}
+	if st := serfStatus(); st != serf.StatusLeaving {
+		t.Fatalf("serf on o holds y %v after r's exchange, not leaving: the stuck state was not made", st)
+	}
+	for _, nd := range nodes[:3] {
+		nd.net.blocked.Store(nil)
+	}
+	back.net.blocked.Store(nil)
+
+	start := time.Now()
+	bound := leaveBound(o.cfg.Timing)
+	waitFor(t, bound+2*time.Second, "o to count y alive again", func() bool {
+		got, ok := statusOf(o, yCfg.Name)
+		return ok && got == StatusAlive
+	})
+	if took := time.Since(start); took < bound/2 {
+		t.Errorf("y counted alive %v after the leave was made up, well before the bound %v", took, bound)
+	}
+	if st := serfStatus(); st != serf.StatusLeaving {
+		t.Errorf("serf on o holds y %v: it recovered by itself, and the test shows nothing of leaveWatch", st)
+	}
+	waitFor(t, time.Second, "an update event for y, alive", func() bool {
+		o.rec.mu.Lock()
+		defer o.rec.mu.Unlock()
+		for _, e := range o.rec.events {
+			if e.Type == EventUpdate && e.Member.Name == yCfg.Name && e.Member.Status == StatusAlive {
+				return true
+			}
+		}
+		return false
+	})
 }
