@@ -35,9 +35,20 @@ func (m *Membership) pump(in <-chan serf.Event) {
 		case e := <-in:
 			evs := m.split(e)
 			m.noteReturns(evs, failed)
+			if m.heal.note(evs) {
+				m.publishWatch()
+			}
 			queue = append(queue, evs...)
+		case name := <-m.heal.suspects:
+			m.noteSuspect(name, time.Now())
+		case name := <-m.net.heard:
+			m.noteHeard(name, time.Now())
 		case <-check.C:
-			queue = append(queue, m.checkLeaving(time.Now())...)
+			now := time.Now()
+			queue = append(queue, m.checkLeaving(now)...)
+			if m.heal.expire(now, m.serf.NumNodes()) {
+				m.publishWatch()
+			}
 		case out <- next:
 			queue[0] = Event{}
 			queue = queue[1:]

@@ -55,6 +55,7 @@ type Membership struct {
 	convMu    sync.Mutex                 // guards converted
 	converted map[string]convertedMember // each member as Members last converted it
 	leaves    *leaveWatch                // members serf holds leaving though alive (leaving.go)
+	heal      *healWatch                 // members held suspect or failed, greeted when heard (heard.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -81,6 +82,7 @@ func Start(cfg Config) (*Membership, error) {
 		warnedIDs: make(map[string]bool),
 		converted: make(map[string]convertedMember),
 		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
+		heal:      newHealWatch(cfg.Timing),
 		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
@@ -103,7 +105,10 @@ func Start(cfg Config) (*Membership, error) {
 // startSerf binds the gossip transport and creates serf.
 func (m *Membership) startSerf(events chan serf.Event) error {
 	ip, port, _ := splitBindAddr(m.cfg.BindAddr) // checked by Validate
-	std := newStdLogger(m.logger, m.conflict.observe)
+	std := newStdLogger(m.logger, func(component, msg string) {
+		m.conflict.observe(component, msg)
+		m.heal.observe(component, msg)
+	})
 	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
 		ip: ip, port: port, logger: m.logger,
 		maxMembers: m.cfg.MaxMembers, maxStreams: m.cfg.MaxInboundStreams, tcpTimeout: m.cfg.Timing.TCPTimeout,

@@ -363,7 +363,7 @@ func cut(a, b []*node) {
 	}
 	for _, pair := range [][2][]*node{{a, b}, {b, a}} {
 		far := addrs(pair[1])
-		block := func(addr string) bool { return far[addr] }
+		block := func(addr string, _ bool) bool { return far[addr] }
 		for _, nd := range pair[0] {
 			nd.net.blocked.Store(&block)
 		}

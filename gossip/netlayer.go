@@ -37,10 +37,16 @@ type netLayer struct {
 	tcp *net.TCPListener
 	udp *net.UDPConn
 	ctx context.Context // cancelled at Shutdown
-	// blocked, when set, drops every packet and refuses every stream to the
-	// gossip addresses for which it returns true. Only tests set it.
-	blocked atomic.Pointer[func(addr string) bool]
-	logger  *slog.Logger
+	// blocked, when set, drops every packet (stream false) and refuses
+	// every stream (stream true) to the gossip addresses for which it
+	// returns true. Only tests set it.
+	blocked atomic.Pointer[func(addr string, stream bool) bool]
+	// watch maps the gossip addresses of members this node holds suspect
+	// or failed to their names (heard.go); a packet from one of them puts
+	// its name on heard, without waiting.
+	watch  atomic.Pointer[map[netip.AddrPort]string]
+	heard  chan string
+	logger *slog.Logger
 
 	streams        *streamGate
 	packets        chan *memberlist.Packet // screened, to memberlist
@@ -80,6 +86,7 @@ func newNetLayer(ctx context.Context, c netLayerConfig) (*netLayer, int, error) 
 		ctx:            ctx,
 		logger:         c.logger,
 		packets:        make(chan *memberlist.Packet),
+		heard:          make(chan string, heardBuffer),
 		packetsRefused: newRefusalLog(c.logger, "gossip: dropped gossip packets that no member sends (oversized or decompressing too far)"),
 		stopping:       make(chan struct{}),
 	}
@@ -214,10 +221,27 @@ func (t *netLayer) readPackets() {
 			t.packetsRefused.note(screenReason(err), from.String(), err)
 			continue
 		}
+		t.noteHeard(from)
 		select {
 		case t.packets <- &memberlist.Packet{Buf: slices.Clone(buf[:n]), From: from, Timestamp: now}:
 		case <-t.stopping:
 			return
+		}
+	}
+}
+
+// noteHeard reports a packet from a watched address on heard; it drops
+// the report when heard is full (a later packet reports it again).
+func (t *netLayer) noteHeard(from *net.UDPAddr) {
+	w := t.watch.Load()
+	if w == nil || len(*w) == 0 {
+		return
+	}
+	ap := from.AddrPort()
+	if name, ok := (*w)[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]; ok {
+		select {
+		case t.heard <- name:
+		default:
 		}
 	}
 }
@@ -246,9 +270,9 @@ func isClosed(ch <-chan struct{}) bool {
 
 var errBlocked = errors.New("gossip: link blocked")
 
-func (t *netLayer) isBlocked(addr string) bool {
+func (t *netLayer) isBlocked(addr string, stream bool) bool {
 	f := t.blocked.Load()
-	return f != nil && (*f)(addr)
+	return f != nil && (*f)(addr, stream)
 }
 
 // WriteTo sends a packet unless the link is blocked.
@@ -260,7 +284,7 @@ func (t *netLayer) WriteTo(b []byte, addr string) (time.Time, error) {
 // advertise IP addresses, so a.Addr is most often "ip:port"; a host name
 // is resolved.
 func (t *netLayer) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
-	if t.isBlocked(a.Addr) {
+	if t.isBlocked(a.Addr, false) {
 		return time.Now(), nil // a dropped packet looks sent
 	}
 	if to, err := netip.ParseAddrPort(a.Addr); err == nil {
@@ -283,7 +307,7 @@ func (t *netLayer) DialTimeout(addr string, timeout time.Duration) (net.Conn, er
 // DialAddressTimeout dials a stream connection that is closed when the
 // Membership shuts down.
 func (t *netLayer) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
-	if t.isBlocked(a.Addr) {
+	if t.isBlocked(a.Addr, true) {
 		return nil, fmt.Errorf("dial %s: %w", a.Addr, errBlocked)
 	}
 	d := net.Dialer{Timeout: timeout}

@@ -1,0 +1,191 @@
+package gossip
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// heardBuffer bounds the packets from watched members reported to the
+// pump and not read yet; more are dropped (later packets report again).
+const heardBuffer = 16
+
+// healWatch ends, as soon as a link heals, the suspicions and failures
+// that memberlist would otherwise keep after it. A suspicion raised while
+// a link was cut reaches the suspected member only through that link, so
+// the member cannot refute it; once the link heals nothing tells it again
+// before the suspicion runs out, and then this node declares it failed,
+// after the heal, and takes it back only when it refutes the news of its
+// failure or at a reconnect or full sync (30 s on a LAN). The fault
+// harness saw members failed 4 and 21 s after a heal, and back 29 s
+// after it, with the LAN profile (docs/RELIABILITY.md, "Production
+// timing"). So this node watches the members it holds suspect (it began
+// suspecting them: memberlist says so only in its log) or failed, and
+// when a packet arrives from one of them (netLayer.noteHeard), the link
+// works again: it exchanges state with the member (greet), which reads
+// that it is suspected or failed here and refutes at once. Each watched
+// member is greeted at most once per regreet, and, as a returning
+// member is (noteReturns), by greetFanout/n of the members on average.
+// Not healed this way: two sides that both declared the other failed,
+// which send each other nothing; serf's reconnect remains for them.
+//
+// Owned by the pump goroutine, but for suspects, which the log observer
+// feeds.
+type healWatch struct {
+	timing    Timing
+	suspects  chan string          // names memberlist began suspecting, from its log
+	suspected map[string]time.Time // watched since
+	failed    map[string]bool      // watched until they join, leave or are reaped
+	addrs     map[string]string    // gossip address of each watched member
+	greeted   map[string]time.Time // last greet of each member
+}
+
+func newHealWatch(t Timing) *healWatch {
+	return &healWatch{timing: t, suspects: make(chan string, heardBuffer), suspected: map[string]time.Time{},
+		failed: map[string]bool{}, addrs: map[string]string{}, greeted: map[string]time.Time{}}
+}
+
+// suspectPrefix and suspectSuffix frame the name in memberlist's log line
+// when one of its probes of a member failed and it suspects the member.
+const (
+	suspectPrefix = "Suspect "
+	suspectSuffix = " has failed, no acks received"
+)
+
+// observe reads one of memberlist's log messages (newStdLogger) and
+// passes on the name of a member it began suspecting; it never blocks.
+func (w *healWatch) observe(component, msg string) {
+	if component != "memberlist" || !strings.HasPrefix(msg, suspectPrefix) || !strings.HasSuffix(msg, suspectSuffix) {
+		return
+	}
+	select {
+	case w.suspects <- strings.TrimSuffix(strings.TrimPrefix(msg, suspectPrefix), suspectSuffix):
+	default:
+	}
+}
+
+// regreet is the least time between two greets of one watched member.
+func (w *healWatch) regreet() time.Duration { return 4 * w.timing.ProbeInterval }
+
+// suspect starts watching name, whose gossip address is addr ("" if this
+// node does not list it), as suspected at now. It reports whether the
+// watched addresses changed.
+func (w *healWatch) suspect(name, addr string, now time.Time) bool {
+	if addr == "" {
+		return false
+	}
+	_, known := w.suspected[name]
+	w.suspected[name], w.addrs[name] = now, addr
+	return !known
+}
+
+// note updates the watch from membership events: a failed member is
+// watched, one that joined (alive again), left or was reaped is not. It
+// reports whether the watched addresses changed.
+func (w *healWatch) note(evs []Event) bool {
+	changed := false
+	for _, e := range evs {
+		name := e.Member.Name
+		switch e.Type {
+		case EventFailed:
+			w.failed[name], w.addrs[name] = true, e.Member.Addr
+			changed = true
+		case EventJoin, EventLeave, EventReap:
+			changed = w.forget(name) || changed
+		}
+	}
+	return changed
+}
+
+// forget stops watching name; it reports whether it was watched.
+func (w *healWatch) forget(name string) bool {
+	_, s := w.suspected[name]
+	watched := s || w.failed[name]
+	delete(w.suspected, name)
+	delete(w.failed, name)
+	delete(w.addrs, name)
+	delete(w.greeted, name)
+	return watched
+}
+
+// expire stops watching suspicions older than the longest a suspicion of
+// a cluster of n members lasts (by then the member was refuted or
+// failed), and forgets old greets. It reports whether the watched
+// addresses changed.
+func (w *healWatch) expire(now time.Time, n int) bool {
+	_, longest := w.timing.SuspicionTimeout(n)
+	changed := false
+	for name, since := range w.suspected {
+		if now.Sub(since) > longest+w.timing.ProbeInterval {
+			delete(w.suspected, name)
+			if !w.failed[name] {
+				delete(w.addrs, name)
+			}
+			changed = true
+		}
+	}
+	for name, at := range w.greeted {
+		if now.Sub(at) > w.regreet() {
+			delete(w.greeted, name)
+		}
+	}
+	return changed
+}
+
+// watchList is the watched members by gossip address, for netLayer.watch.
+func (w *healWatch) watchList() map[netip.AddrPort]string {
+	out := make(map[netip.AddrPort]string, len(w.addrs))
+	for name, addr := range w.addrs {
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			out[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = name
+		}
+	}
+	return out
+}
+
+// heard decides, at now, whether to greet the watched member name that a
+// packet came from, in a cluster of n members.
+func (w *healWatch) heard(name string, now time.Time, n int) (addr string, greet bool) {
+	addr, ok := w.addrs[name]
+	if !ok {
+		return "", false
+	}
+	if at, ok := w.greeted[name]; ok && now.Sub(at) < w.regreet() {
+		return "", false
+	}
+	w.greeted[name] = now
+	// Spreading load needs no reproducible randomness.
+	return addr, rand.Float64() < greetFanout/float64(max(1, n-1))
+}
+
+// publishWatch hands the watched addresses to the transport.
+func (m *Membership) publishWatch() {
+	list := m.heal.watchList()
+	m.net.watch.Store(&list)
+}
+
+// noteSuspect watches the member memberlist began suspecting.
+func (m *Membership) noteSuspect(name string, now time.Time) {
+	addr := ""
+	for _, s := range m.serf.Members() {
+		if s.Name == name {
+			addr = m.convert(s).Addr
+			break
+		}
+	}
+	if m.heal.suspect(name, addr, now) {
+		m.publishWatch()
+	}
+}
+
+// noteHeard greets the watched member a packet came from, if its turn
+// has come (healWatch.heard).
+func (m *Membership) noteHeard(name string, now time.Time) {
+	addr, greet := m.heal.heard(name, now, m.serf.NumNodes())
+	if !greet {
+		return
+	}
+	m.logger.Debug("gossip: a member held suspect or failed is heard again; exchanging state so that it refutes", "member", name, "addr", addr)
+	m.greet(name, addr)
+}
