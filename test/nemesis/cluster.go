@@ -3,6 +3,7 @@
 package nemesis
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -43,6 +44,10 @@ type Config struct {
 	Voters int
 	// TTL is every agent's --lease-ttl.
 	TTL time.Duration
+	// Timing is every agent's --timing profile; "" is local, the profile
+	// of the other namespace tests (lan is production's, and wants a
+	// longer TTL and election bound).
+	Timing string
 	// Broken is TENURE_BROKEN for every process (agents, supervisors,
 	// store); it needs a build with the tenure_broken tag.
 	Broken []string
@@ -257,7 +262,7 @@ func (c *Cluster) agentArgs(n *Node) []string {
 	args := []string{"agent", "--name", n.Name, "--id", fmt.Sprint(n.ID),
 		"--bind", "0.0.0.0:7946", "--peer-bind", fmt.Sprintf("0.0.0.0:%d", peerPort), "--encrypt", c.key,
 		"--expect", fmt.Sprint(n.expect), "--data-dir", n.dataDir(), "--socket", n.Socket(),
-		"--lease-ttl", c.cfg.TTL.String(), "--timing", "local",
+		"--lease-ttl", c.cfg.TTL.String(), "--timing", cmp.Or(c.cfg.Timing, "local"),
 		"--journal", filepath.Join(c.cfg.Dir, "journal-"+n.Name+".jsonl"),
 		fmt.Sprintf("--eligible=%t", n.eligible)}
 	if c.cfg.AgentLogLevel != "" {

@@ -3,6 +3,7 @@
 package nemesis
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -21,6 +22,7 @@ type reportJSON struct {
 	Unsettled     []string      `json:"unsettled,omitempty"`
 	Seed          uint64        `json:"seed"`
 	TTLMS         int64         `json:"ttl_ms"`
+	Timing        string        `json:"timing"`
 	ElectionBound int64         `json:"election_bound_ms"`
 	BootMS        int64         `json:"boot_ms"`
 	BootUnstable  string        `json:"boot_unstable,omitempty"`
@@ -43,7 +45,7 @@ type stepJSON struct {
 
 // write writes report.json and summary.txt into the run directory.
 func (r *Result) write(o RunOptions) error {
-	rep := reportJSON{OK: r.OK(), Unsettled: r.Unsettled(), Seed: r.Seed, TTLMS: o.Cluster.TTL.Milliseconds(),
+	rep := reportJSON{OK: r.OK(), Unsettled: r.Unsettled(), Seed: r.Seed, TTLMS: o.Cluster.TTL.Milliseconds(), Timing: cmp.Or(o.Cluster.Timing, "local"),
 		ElectionBound: o.ElectionBound.Milliseconds(), BootMS: r.Boot.Milliseconds(), BootUnstable: r.BootUnstable,
 		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), Check: r.Report}
 	for _, s := range r.Steps {
@@ -71,8 +73,8 @@ func (r *Result) Summary(o RunOptions) string {
 	if !r.OK() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(&b, "nemesis run: %s in %v (seed %d, %d steps, TTL %v, election bound %v)\n", verdict,
-		r.Elapsed.Round(time.Second), r.Seed, len(r.Plan), o.Cluster.TTL, o.ElectionBound)
+	fmt.Fprintf(&b, "nemesis run: %s in %v (seed %d, %d steps, TTL %v, timing %s, election bound %v)\n", verdict,
+		r.Elapsed.Round(time.Second), r.Seed, len(r.Plan), o.Cluster.TTL, cmp.Or(o.Cluster.Timing, "local"), o.ElectionBound)
 	if len(o.Cluster.Broken) > 0 {
 		fmt.Fprintf(&b, "broken build: TENURE_BROKEN=%s\n", strings.Join(o.Cluster.Broken, ","))
 	}
