@@ -145,18 +145,29 @@ func (w *healWatch) watchList() map[netip.AddrPort]string {
 }
 
 // heard decides, at now, whether to greet the watched member name that a
-// packet came from, in a cluster of n members.
-func (w *healWatch) heard(name string, now time.Time, n int) (addr string, greet bool) {
+// packet came from, in a cluster of n members. A suspected member
+// greeted is no longer watched: the exchange brings its refutation, and
+// if the link still fails, memberlist's next failed probe logs the
+// suspicion again. It reports whether the watched addresses changed.
+func (w *healWatch) heard(name string, now time.Time, n int) (addr string, greet, changed bool) {
 	addr, ok := w.addrs[name]
 	if !ok {
-		return "", false
+		return "", false, false
 	}
 	if at, ok := w.greeted[name]; ok && now.Sub(at) < w.regreet() {
-		return "", false
+		return "", false, false
 	}
 	w.greeted[name] = now
 	// Spreading load needs no reproducible randomness.
-	return addr, rand.Float64() < greetFanout/float64(max(1, n-1))
+	if rand.Float64() >= greetFanout/float64(max(1, n-1)) {
+		return "", false, false
+	}
+	if _, ok := w.suspected[name]; ok && !w.failed[name] {
+		delete(w.suspected, name)
+		delete(w.addrs, name)
+		changed = true
+	}
+	return addr, true, changed
 }
 
 // publishWatch hands the watched addresses to the transport.
@@ -182,7 +193,10 @@ func (m *Membership) noteSuspect(name string, now time.Time) {
 // noteHeard greets the watched member a packet came from, if its turn
 // has come (healWatch.heard).
 func (m *Membership) noteHeard(name string, now time.Time) {
-	addr, greet := m.heal.heard(name, now, m.serf.NumNodes())
+	addr, greet, changed := m.heal.heard(name, now, m.serf.NumNodes())
+	if changed {
+		m.publishWatch()
+	}
 	if !greet {
 		return
 	}

@@ -75,7 +75,9 @@ func TestLeaveMadeUpByPushPullIsRevived(t *testing.T) {
 	o, r, s, y := nodes[0], nodes[1], nodes[2], nodes[3]
 	addr := func(nd *node) string { return nd.LocalMember().Addr }
 	block := func(nd *node, far ...*node) {
-		f := func(a string, _ bool) bool { return slices.ContainsFunc(far, func(x *node) bool { return addr(x) == a }) }
+		f := func(a string, _ bool) bool {
+			return slices.ContainsFunc(far, func(x *node) bool { return addr(x) == a })
+		}
 		nd.net.blocked.Store(&f)
 	}
 	pushPull := func(from, to *node) {
