@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
 )
 
@@ -75,8 +74,10 @@ func (m *Membership) checkLeaving(now time.Time) []Event {
 	}
 	alive := map[string]bool{}
 	if len(leaving) > 0 {
+		// memberlist lists the members it holds alive or suspect, not
+		// those dead or left (and keeps no state in the Node it returns).
 		for _, n := range m.serf.Memberlist().Members() {
-			alive[n.Name] = n.State == memberlist.StateAlive
+			alive[n.Name] = true
 		}
 	}
 	names := make([]string, len(leaving))

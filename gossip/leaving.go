@@ -46,7 +46,11 @@ func newLeaveWatch(bound time.Duration) *leaveWatch {
 // still lists it alive in a real leave: serf waits up to BroadcastTimeout
 // for its leave intent to go out and memberlist as long for its own
 // leave, then LeavePropagateDelay before it stops; a member that stopped
-// without its leave arriving is suspected within a probe or two.
+// without its leave arriving is suspected within a probe or two. Not
+// covered: memberlist lists a suspect member until the suspicion runs
+// out (up to 24 s with the LAN profile), so a node that read serf's
+// leave intent of a member but not memberlist's leave, and did not probe
+// it early, can count that member alive from the bound until then.
 func leaveBound(t Timing) time.Duration {
 	return 2*t.BroadcastTimeout + t.LeavePropagateDelay + 2*t.ProbeInterval
 }
