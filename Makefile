@@ -36,7 +36,7 @@ test:
 	$(MAKE) nemesis
 
 check:
-	gofmt -l $$(git ls-files '*.go')
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags nemesis ./test/nemesis
 
