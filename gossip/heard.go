@@ -12,23 +12,25 @@ import (
 const heardBuffer = 16
 
 // healWatch ends, as soon as a link heals, the suspicions and failures
-// that memberlist would otherwise keep after it. A suspicion raised while
-// a link was cut reaches the suspected member only through that link, so
-// the member cannot refute it; once the link heals nothing tells it again
-// before the suspicion runs out, and then this node declares it failed,
-// after the heal, and takes it back only when it refutes the news of its
-// failure or at a reconnect or full sync (30 s on a LAN). The fault
-// harness saw members failed 4 and 21 s after a heal, and back 29 s
-// after it, with the LAN profile (docs/RELIABILITY.md, "Production
-// timing"). So this node watches the members it holds suspect (it began
-// suspecting them: memberlist says so only in its log) or failed, and
-// when a packet arrives from one of them (netLayer.noteHeard), the link
-// works again: it exchanges state with the member (greet), which reads
-// that it is suspected or failed here and refutes at once. Each watched
-// member is greeted at most once per regreet, and, as a returning
-// member is (noteReturns), by greetFanout/n of the members on average.
-// Not healed this way: two sides that both declared the other failed,
-// which send each other nothing; serf's reconnect remains for them.
+// that memberlist would otherwise keep after it. While a link works one
+// way only, a member reads this node's suspicion on its probes and refutes
+// it, but the refutation is lost on the way back; once the link heals, the
+// probes carry the suspicion of the older incarnation, which the member
+// ignores, and a probe answered does not end a suspicion. So it runs out:
+// this node declares the member failed, after the heal, and takes it back
+// only when the member refutes the news of its failure or at a reconnect
+// or full sync (30 s on a LAN). The fault harness saw members failed 4 and
+// 21 s after a heal, and back 29 s after it, with the LAN profile
+// (docs/RELIABILITY.md, "Production timing"). So this node watches the
+// members it holds suspect (it began suspecting them: memberlist says so
+// only in its log) or failed, and when a packet arrives from one of them
+// (netLayer.noteHeard), the link works again: it exchanges state with the
+// member (greet), and learns of the refutation, or the member reads that
+// it is suspected or failed here and refutes at once. Each watched member
+// is greeted at most once per regreet, and, as a returning member is
+// (noteReturns), by greetFanout/n of the members on average. Not healed
+// this way: two sides that both declared the other failed, which send each
+// other nothing; serf's reconnect remains for them.
 //
 // Owned by the pump goroutine, but for suspects, which the log observer
 // feeds.
