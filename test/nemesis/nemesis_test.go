@@ -22,7 +22,7 @@ var (
 	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
 	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
-	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 10s)")
+	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
 	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
