@@ -14,6 +14,13 @@ import (
 // came back (see noteReturns).
 const greetFanout = 3
 
+// greetTurn draws whether this member greets, so that greetFanout of a
+// cluster of n members do on average. Spreading load needs no
+// reproducible randomness.
+func greetTurn(n int) bool {
+	return rand.Float64() < greetFanout/float64(max(1, n-1))
+}
+
 // pump moves serf's events into the unbounded queue behind Events, one
 // member per event, until Shutdown or until serf stops by itself. It never
 // blocks serf: while it waits for the reader it still accepts serf's events.
@@ -21,7 +28,7 @@ func (m *Membership) pump(in <-chan serf.Event) {
 	defer m.wg.Done()
 	defer close(m.events)
 	var queue []Event
-	failed := make(map[string]bool) // members last reported failed
+	failed := m.heal.failed // members last reported failed, kept by noteReturns
 	check := time.NewTicker(m.leaves.bound / 4)
 	defer check.Stop()
 	for {
@@ -152,8 +159,7 @@ func (m *Membership) noteReturns(evs []Event, failed map[string]bool) {
 		case EventJoin:
 			if failed[name] {
 				delete(failed, name)
-				// Spreading load needs no reproducible randomness.
-				if rand.Float64() < greetFanout/float64(max(1, m.serf.NumNodes()-1)) {
+				if greetTurn(m.serf.NumNodes()) {
 					m.greet(name, e.Member.Addr)
 				}
 			}

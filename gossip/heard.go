@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
@@ -38,8 +37,8 @@ type healWatch struct {
 	timing    Timing
 	suspects  chan string          // names memberlist began suspecting, from its log
 	suspected map[string]time.Time // watched since
-	failed    map[string]bool      // watched until they join, leave or are reaped
-	addrs     map[string]string    // gossip address of each watched member
+	failed    map[string]bool      // members last reported failed: the pump's, kept by noteReturns
+	addrs     map[string]string    // gossip address of each watched member (suspected or failed)
 	greeted   map[string]time.Time // last greet of each member
 }
 
@@ -83,15 +82,16 @@ func (w *healWatch) suspect(name, addr string, now time.Time) bool {
 }
 
 // note updates the watch from membership events: a failed member is
-// watched, one that joined (alive again), left or was reaped is not. It
-// reports whether the watched addresses changed.
+// watched, one that joined (alive again), left or was reaped is not (the
+// failed set itself is noteReturns'). It reports whether the watched
+// addresses changed.
 func (w *healWatch) note(evs []Event) bool {
 	changed := false
 	for _, e := range evs {
 		name := e.Member.Name
 		switch e.Type {
 		case EventFailed:
-			w.failed[name], w.addrs[name] = true, e.Member.Addr
+			w.addrs[name] = e.Member.Addr
 			changed = true
 		case EventJoin, EventLeave, EventReap:
 			changed = w.forget(name) || changed
@@ -102,10 +102,8 @@ func (w *healWatch) note(evs []Event) bool {
 
 // forget stops watching name; it reports whether it was watched.
 func (w *healWatch) forget(name string) bool {
-	_, s := w.suspected[name]
-	watched := s || w.failed[name]
+	_, watched := w.addrs[name]
 	delete(w.suspected, name)
-	delete(w.failed, name)
 	delete(w.addrs, name)
 	delete(w.greeted, name)
 	return watched
@@ -160,8 +158,7 @@ func (w *healWatch) heard(name string, now time.Time, n int) (addr string, greet
 		return "", false, false
 	}
 	w.greeted[name] = now
-	// Spreading load needs no reproducible randomness.
-	if rand.Float64() >= greetFanout/float64(max(1, n-1)) {
+	if !greetTurn(n) {
 		return "", false, false
 	}
 	if _, ok := w.suspected[name]; ok && !w.failed[name] {
