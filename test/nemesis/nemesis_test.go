@@ -25,6 +25,7 @@ var (
 	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
+	holdScaleFlag = flag.Float64("nemesis.hold-scale", 1, "multiplies how long every fault of a random schedule is held (the same faults are drawn); 3 lets a LAN run's partitions outlast the suspicions on both sides")
 	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
 )
@@ -151,9 +152,9 @@ func TestSchedules(t *testing.T) {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			t.Parallel()
-			plan := Plan(s, *stepsFlag, true, *opsFlag, *diskFlag)
-			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t):\n%s",
-				s, s, *stepsFlag, *opsFlag, *diskFlag, DescribePlan(plan))
+			plan := ScaleHolds(Plan(s, *stepsFlag, true, *opsFlag, *diskFlag), *holdScaleFlag)
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.hold-scale=%g):\n%s",
+				s, s, *stepsFlag, *opsFlag, *diskFlag, *holdScaleFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
 				mu.Lock()

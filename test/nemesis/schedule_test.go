@@ -223,3 +223,21 @@ func TestPlanWithoutDiskFaultsKeepsOldSeeds(t *testing.T) {
 		t.Fatalf("seed 5836 without disk faults: got %q, want %q", got, want)
 	}
 }
+
+// TestScaleHoldsKeepsTheDraw: a plan's holds scaled are the same faults,
+// on the same picks, held f times as long.
+func TestScaleHoldsKeepsTheDraw(t *testing.T) {
+	plan := Plan(8569, 6, true, true, true)
+	plan = append(plan, Step{Kind: FaultResign, Hold: 3 * time.Second, Under: FaultPause, UnderHold: 5 * time.Second})
+	scaled := ScaleHolds(slices.Clone(plan), 3)
+	for i, s := range scaled {
+		want := plan[i]
+		want.Hold, want.UnderHold = 3*want.Hold, 3*want.UnderHold
+		if s != want {
+			t.Errorf("step %d: scaled %+v, want %+v", i+1, s, want)
+		}
+	}
+	if !reflect.DeepEqual(ScaleHolds(slices.Clone(plan), 1), plan) {
+		t.Error("a scale of 1 changed the plan")
+	}
+}
