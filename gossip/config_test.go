@@ -66,8 +66,13 @@ func timingOf(sc *serf.Config) Timing {
 	}
 }
 
+// TestLANTimingIsUpstreamDefault: the LAN profile is serf's and
+// memberlist's defaults but for the reconnect interval (see LANTiming), and
+// apply copies every field.
 func TestLANTimingIsUpstreamDefault(t *testing.T) {
-	if got, want := LANTiming(), timingOf(serf.DefaultConfig()); got != want {
+	want := timingOf(serf.DefaultConfig())
+	want.ReconnectInterval = 5 * time.Second
+	if got := LANTiming(); got != want {
 		t.Fatalf("LANTiming() = %+v\nupstream   %+v", got, want)
 	}
 	sc := serf.DefaultConfig()
@@ -149,7 +154,10 @@ func TestParseLogLine(t *testing.T) {
 		// goes to debug.
 		{"[INFO] serf: EventMemberJoin: n1 127.0.0.1", slog.LevelDebug, "serf", "EventMemberJoin: n1 127.0.0.1"},
 		{"[INFO] serf: EventMemberUpdate: n1", slog.LevelDebug, "serf", "EventMemberUpdate: n1"},
-		{"[INFO] serf: attempting reconnect to n2", slog.LevelInfo, "serf", "attempting reconnect to n2"},
+		// Serf tries a failed member every reconnect interval until it is
+		// reaped: debug too.
+		{"[INFO] serf: attempting reconnect to n2 10.0.0.2:7946", slog.LevelDebug, "serf", "attempting reconnect to n2 10.0.0.2:7946"},
+		{"[INFO] serf: Received leave intent for n2", slog.LevelInfo, "serf", "Received leave intent for n2"},
 		{"[INFO] memberlist: EventMemberJoin lookalike", slog.LevelInfo, "memberlist", "EventMemberJoin lookalike"},
 		{"[WARN] serf: Shutdown without a Leave", slog.LevelWarn, "serf", "Shutdown without a Leave"},
 		{"[ERR] memberlist: Failed to send ping", slog.LevelError, "memberlist", "Failed to send ping"},

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// healTiming is LocalTiming with the LAN profile's slow paths back (full
-// state syncs and reconnects every 30 s, gossip to failed members for
-// 30 s) and a suspicion of 3 s (with four members memberlist waits for no
+// healTiming is LocalTiming with the LAN profile's slow paths back, and
+// slower (full state syncs every 30 s, gossip to failed members for 30 s,
+// reconnects every 30 s as serf's default has them), and a suspicion of 3 s (with four members memberlist waits for no
 // confirmations: the suspicion lasts exactly that).
 func healTiming() Timing {
 	t := LocalTiming()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,6 +240,16 @@ func cutForeign(s string, limit int) string {
 	return b.String()
 }
 
+// quietSerf are the starts of serf's info messages logged at debug:
+//   - "EventMemberJoin: n2 10.0.0.2": the agent logs each membership event
+//     itself; twice per member and per agent was a good part of the log
+//     while a fleet started;
+//   - "attempting reconnect to n2 10.0.0.2:7946": serf tries a failed
+//     member every ReconnectInterval (5 s with the LAN profile, 0.5 s with
+//     the local one) until it is reaped, a day later; `tenure members`
+//     shows the member failed.
+var quietSerf = []string{"EventMember", "attempting reconnect to"}
+
 // parseLogLine splits "[LEVEL] component: message". A line without a level
 // is logged at info; one without a known component gets "serf".
 func parseLogLine(line string) (slog.Level, string, string) {
@@ -251,10 +262,7 @@ func parseLogLine(line string) (slog.Level, string, string) {
 	}
 	for _, c := range []string{"memberlist", "serf"} {
 		if msg, ok := strings.CutPrefix(line, c+": "); ok {
-			if c == "serf" && level == slog.LevelInfo && strings.HasPrefix(msg, "EventMember") {
-				// "EventMemberJoin: n2 10.0.0.2": the agent logs each
-				// membership event itself; twice per member and per agent
-				// was a good part of the log while a fleet started.
+			if c == "serf" && level == slog.LevelInfo && slices.ContainsFunc(quietSerf, func(p string) bool { return strings.HasPrefix(msg, p) }) {
 				level = slog.LevelDebug
 			}
 			return level, c, msg

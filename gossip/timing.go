@@ -67,12 +67,22 @@ type Timing struct {
 }
 
 // LANTiming returns serf's and memberlist's LAN defaults
-// (serf.DefaultConfig, memberlist.DefaultLANConfig). Measured on 3 loopback
-// nodes (TestMeasureTiming): a member stopped without leaving is reported
-// failed after about 5.8–6.8 s (FailureDetectionBound(3) = 8.4 s); one that
+// (serf.DefaultConfig, memberlist.DefaultLANConfig) but for one:
+// ReconnectInterval is 5 s, not serf's 30 s. Once the two sides of a
+// partition have declared each other failed and GossipToTheDeadTime has
+// passed, they send each other nothing, and serf's reconnect is the only
+// thing that joins them again after the heal: with 30 s the sides of a
+// healed split stayed apart for up to 30 s (24 s in-process; the fault
+// harness saw a 57 s partition heal only at a reconnect,
+// docs/RELIABILITY.md). Serf has each member try one failed member per
+// interval with probability failed/alive, so the fleet makes about one
+// connection attempt per failed member per interval: one every 5 s to a
+// dead host costs nothing worth saving. Measured on 3 loopback nodes
+// (TestMeasureTiming): a member stopped without leaving is reported failed
+// after about 5.8–6.8 s (FailureDetectionBound(3) = 8.4 s); one that
 // restarts on the same address within GossipToTheDeadTime is seen alive
 // everywhere after about 0.5 s, later than that within about
-// ReconnectInterval (30 s).
+// ReconnectInterval.
 func LANTiming() Timing {
 	return Timing{
 		ProbeInterval:           time.Second,            // a probe every second
@@ -86,7 +96,7 @@ func LANTiming() Timing {
 		RetransmitMult:          4,                      // retransmit 4 × log10(n+1) times
 		PushPullInterval:        30 * time.Second,       // full sync is expensive: rarely
 		TCPTimeout:              10 * time.Second,       // stream connections
-		ReconnectInterval:       30 * time.Second,       // try a failed member every 30 s
+		ReconnectInterval:       5 * time.Second,        // try a failed member every 5 s (serf: 30 s)
 		ReconnectTimeout:        24 * time.Hour,         // for a day
 		ReapInterval:            15 * time.Second,       // reap expired members every 15 s
 		TombstoneTimeout:        24 * time.Hour,         // remember left members for a day
