@@ -192,24 +192,27 @@ func (t *Tally) String() string {
 
 // writeHandOvers sums the hand-overs by act (stop, drain, transfer,
 // resign) and by whether a fault was on: how many, and the time
-// from the act to the next node's lease at the median and at most.
+// from the act to the next node's lease at the median and at most. Acts
+// the agent refused are counted only: it handed nothing over, and the
+// time to a next lease, if one came, is some later event's.
 func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 	if len(hs) == 0 {
 		return
 	}
 	groups := map[string][]time.Duration{}
+	refused := map[string]bool{}
 	for _, h := range hs {
 		act := strings.Fields(strings.TrimPrefix(h.Act, "tenure "))[0]
 		if h.Faulted {
 			act += " under a fault"
 		}
-		if h.Refused {
+		switch {
+		case h.Refused:
 			act += " (refused)"
-		}
-		switch h.To {
-		case "":
+			refused[act] = true
+		case h.To == "":
 			act += " (no successor before the end)"
-		case h.From:
+		case h.To == h.From:
 			act += " (led again by its node)"
 		}
 		groups[act] = append(groups[act], h.Gap)
@@ -219,6 +222,10 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 	width := len(slices.MaxFunc(acts, func(a, b string) int { return len(a) - len(b) }))
 	for _, act := range acts {
 		g := slices.Sorted(slices.Values(groups[act]))
+		if refused[act] {
+			fmt.Fprintf(b, "  %-*s %3d  nothing handed over\n", width, act, len(g))
+			continue
+		}
 		fmt.Fprintf(b, "  %-*s %3d  median %v, max %v\n", width, act, len(g), g[len(g)/2].Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond))
 	}
 }

@@ -11,20 +11,31 @@ import (
 )
 
 // TestHandOverTallyAligns: the tally's counts stand in one column, however
-// long an act's label grows.
+// long an act's label grows; a refused act is counted, with no times (the
+// leader kept its term, and led again only after some later event).
 func TestHandOverTallyAligns(t *testing.T) {
 	var b strings.Builder
 	writeHandOvers(&b, []check.HandOver{
 		{Act: "stop", From: "h5", To: "h4", Gap: 15 * time.Millisecond},
-		{Act: "tenure transfer h3", From: "h5", To: "h5", Gap: 3 * time.Second, Faulted: true, Refused: true},
+		{Act: "tenure transfer h3", From: "h5", To: "h5", Gap: 20 * time.Second, Faulted: true, Refused: true},
+		{Act: "tenure resign --hold 3s", From: "h5", To: "h5", Gap: 3 * time.Second},
 	})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 {
+	if len(lines) != 4 {
 		t.Fatalf("tally:\n%s", b.String())
 	}
-	col := func(l string) int { return strings.Index(l, "  1  median") }
-	if c := col(lines[1]); c < 0 || c != col(lines[2]) {
+	col := func(l string) int { return strings.Index(l, "  1  ") }
+	if c := col(lines[1]); c < 0 || c != col(lines[2]) || c != col(lines[3]) {
 		t.Fatalf("the counts are not in one column:\n%s", b.String())
+	}
+	want := []string{"resign (led again by its node)", "stop", "transfer under a fault (refused)"}
+	for i, w := range want {
+		if !strings.Contains(lines[i+1], w+" ") {
+			t.Errorf("line %d = %q, want the act %q", i+2, lines[i+1], w)
+		}
+	}
+	if !strings.HasSuffix(lines[3], "nothing handed over") || strings.Contains(lines[3], "median") {
+		t.Errorf("a refused act shows times: %q", lines[3])
 	}
 }
 
