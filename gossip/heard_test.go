@@ -8,8 +8,9 @@ import (
 
 // healTiming is LocalTiming with the LAN profile's slow paths back, and
 // slower (full state syncs every 30 s, gossip to failed members for 30 s,
-// reconnects every 30 s as serf's default has them), and a suspicion of 3 s (with four members memberlist waits for no
-// confirmations: the suspicion lasts exactly that).
+// reconnects every 30 s as serf's default has them), and a suspicion of
+// 3 s (with four members memberlist waits for no confirmations: the
+// suspicion lasts exactly that).
 func healTiming() Timing {
 	t := LocalTiming()
 	t.SuspicionMult = 15

@@ -139,6 +139,9 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 func TestSchedules(t *testing.T) {
 	t.Parallel()
 	bin := setUp(t, false)
+	if *holdScaleFlag <= 0 {
+		t.Fatalf("-nemesis.hold-scale=%g: want a positive factor", *holdScaleFlag)
+	}
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)
