@@ -24,6 +24,14 @@ func greetTurn(n int) bool {
 // pump moves serf's events into the unbounded queue behind Events, one
 // member per event, until Shutdown or until serf stops by itself. It never
 // blocks serf: while it waits for the reader it still accepts serf's events.
+//
+// Between events it calls serf (Members, NumNodes), which takes serf's
+// member lock, and serf sends member events while holding that lock. That
+// cannot deadlock: serf sends them into its own relay's channel (1024
+// deep, and the snapshotter's 2048 before it), whose goroutine forwards
+// them to in, so a send under the lock waits on the pump only when more
+// than a thousand events are pending; a change that makes the pump wait
+// on anything longer than a lock should keep this in mind.
 func (m *Membership) pump(in <-chan serf.Event) {
 	defer m.wg.Done()
 	defer close(m.events)
