@@ -13,7 +13,9 @@ import (
 )
 
 // brokenCase is one deliberately broken build or configuration and the
-// fixed scenario that must make the named checks fail.
+// fixed scenario that must make the named checks fail. The scenario's
+// holds are written for DefaultTTL and scaled to -nemesis.ttl
+// (ttlScaled): a broken build shows only once a lease could run out.
 type brokenCase struct {
 	name       string
 	broken     []string // TENURE_BROKEN modes (a tenure_broken build)
@@ -65,7 +67,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		t.Run(bc.name, func(t *testing.T) {
 			t.Parallel()
 			bin := setUp(t, len(bc.broken) > 0)
-			res := runBroken(t, RunOptions{Cluster: Config{Bin: bin, Broken: bc.broken, Ineligible: bc.ineligible}, Plan: bc.plan})
+			res := runBroken(t, RunOptions{Cluster: Config{Bin: bin, Broken: bc.broken, Ineligible: bc.ineligible}, Plan: ttlScaled(bc.plan)})
 			if res == nil || res.Report == nil {
 				t.Fatal("no report")
 			}
@@ -85,7 +87,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 		bin := setUp(t, false)
 		plan := []Step{{Kind: FaultIsolate, Hold: 6 * time.Second}, {Kind: FaultPause, Hold: 8 * time.Second},
 			{Kind: FaultPauseHost, Hold: 8 * time.Second}, {Kind: FaultResign, Hold: 4 * time.Second}, {Kind: FaultCrash}}
-		res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: plan})
+		res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Plan: ttlScaled(plan)})
 		if res != nil && !res.OK() {
 			t.Error("the normal build failed the scenarios the broken builds fail: see the summary above")
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ var (
 	schedulesFlag = flag.Int("nemesis.schedules", 2, "number of random schedules TestSchedules runs, a cluster each (go test -parallel of them at once)")
 	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
-	ttlFlag       = flag.Duration("nemesis.ttl", 2*time.Second, "the agents' --lease-ttl")
+	ttlFlag       = flag.Duration("nemesis.ttl", DefaultTTL, "the agents' --lease-ttl (the fixed scenarios' holds scale with it)")
 	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
@@ -29,6 +30,17 @@ var (
 	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
 )
+
+// DefaultTTL is the agents' --lease-ttl unless -nemesis.ttl says
+// otherwise; the fixed scenarios' holds are written for it (ttlScaled).
+const DefaultTTL = 2 * time.Second
+
+// ttlScaled scales plan, written for DefaultTTL, to -nemesis.ttl: a
+// scenario that must outlast a lease (an isolation of three TTLs, a
+// pause of four) still does with a LAN run's 10 s lease.
+func ttlScaled(plan []Step) []Step {
+	return ScaleHolds(slices.Clone(plan), float64(*ttlFlag)/float64(DefaultTTL))
+}
 
 // DefaultElectionBound is the part of the liveness budget after the TTL
 // (docs/RELIABILITY.md says how it was chosen): with --timing local, a
