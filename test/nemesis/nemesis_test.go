@@ -22,7 +22,7 @@ var (
 	schedulesFlag = flag.Int("nemesis.schedules", 2, "number of random schedules TestSchedules runs, a cluster each (go test -parallel of them at once)")
 	stepsFlag     = flag.Int("nemesis.steps", 4, "faults per schedule")
 	keepFlag      = flag.Bool("nemesis.keep", false, "keep the run directory of a passing run too (a failing run's is always kept)")
-	ttlFlag       = flag.Duration("nemesis.ttl", DefaultTTL, "the agents' --lease-ttl (the fixed scenarios' holds scale with it)")
+	ttlFlag       = flag.Duration("nemesis.ttl", DefaultTTL, "the agents' --lease-ttl (the broken builds' scenarios scale their holds with it)")
 	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
@@ -32,7 +32,7 @@ var (
 )
 
 // DefaultTTL is the agents' --lease-ttl unless -nemesis.ttl says
-// otherwise; the fixed scenarios' holds are written for it (ttlScaled).
+// otherwise; the broken builds' scenarios are written for it (ttlScaled).
 const DefaultTTL = 2 * time.Second
 
 // ttlScaled scales plan, written for DefaultTTL, to -nemesis.ttl: a
