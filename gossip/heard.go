@@ -18,7 +18,7 @@ const heardBuffer = 16
 // ignores, and a probe answered does not end a suspicion. So it runs out:
 // this node declares the member failed, after the heal, and takes it back
 // only when the member refutes the news of its failure or at a reconnect
-// or full sync (30 s on a LAN). The fault harness saw members failed 4 and
+// or full sync (5 s and 30 s apart on a LAN). The fault harness saw members failed 4 and
 // 21 s after a heal, and back 29 s after it, with the LAN profile
 // (docs/RELIABILITY.md, "Production timing"). So this node watches the
 // members it holds suspect (it began suspecting them: memberlist says so
@@ -29,7 +29,7 @@ const heardBuffer = 16
 // is greeted at most once per regreet, and, as a returning member is
 // (noteReturns), by greetFanout/n of the members on average. Not healed
 // this way: two sides that both declared the other failed, which send each
-// other nothing; serf's reconnect remains for them.
+// other nothing; serf's reconnect (every 5 s on a LAN) remains for them.
 //
 // Owned by the pump goroutine, but for suspects, which the log observer
 // feeds.
