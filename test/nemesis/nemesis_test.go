@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -39,7 +38,7 @@ const DefaultTTL = 2 * time.Second
 // scenario that must outlast a lease (an isolation of three TTLs, a
 // pause of four) still does with a LAN run's 10 s lease.
 func ttlScaled(plan []Step) []Step {
-	return ScaleHolds(slices.Clone(plan), float64(*ttlFlag)/float64(DefaultTTL))
+	return ScaleHolds(plan, float64(*ttlFlag)/float64(DefaultTTL))
 }
 
 // DefaultElectionBound is the part of the liveness budget after the TTL
@@ -150,10 +149,10 @@ func runChecked(t *testing.T, o RunOptions) *Result {
 // scenarios too (go test -parallel bounds how many at once).
 func TestSchedules(t *testing.T) {
 	t.Parallel()
-	bin := setUp(t, false)
 	if *holdScaleFlag <= 0 {
 		t.Fatalf("-nemesis.hold-scale=%g: want a positive factor", *holdScaleFlag)
 	}
+	bin := setUp(t, false)
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)

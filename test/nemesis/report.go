@@ -190,6 +190,9 @@ func (t *Tally) String() string {
 	return b.String()
 }
 
+// refusedLabel ends the tally's label of acts the agent refused.
+const refusedLabel = " (refused)"
+
 // writeHandOvers sums the hand-overs by act (stop, drain, transfer,
 // resign) and by whether a fault was on: how many, and the time
 // from the act to the next node's lease at the median and at most. Acts
@@ -200,7 +203,6 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 		return
 	}
 	groups := map[string][]time.Duration{}
-	refused := map[string]bool{}
 	for _, h := range hs {
 		act := strings.Fields(strings.TrimPrefix(h.Act, "tenure "))[0]
 		if h.Faulted {
@@ -208,8 +210,7 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 		}
 		switch {
 		case h.Refused:
-			act += " (refused)"
-			refused[act] = true
+			act += refusedLabel
 		case h.To == "":
 			act += " (no successor before the end)"
 		case h.To == h.From:
@@ -222,7 +223,7 @@ func writeHandOvers(b *strings.Builder, hs []check.HandOver) {
 	width := len(slices.MaxFunc(acts, func(a, b string) int { return len(a) - len(b) }))
 	for _, act := range acts {
 		g := slices.Sorted(slices.Values(groups[act]))
-		if refused[act] {
+		if strings.HasSuffix(act, refusedLabel) {
 			fmt.Fprintf(b, "  %-*s %3d  nothing handed over\n", width, act, len(g))
 			continue
 		}

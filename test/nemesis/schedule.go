@@ -217,19 +217,20 @@ func Plan(seed uint64, steps int, join, ops, disk bool) []Step {
 	return plan
 }
 
-// ScaleHolds multiplies how long each step of plan holds its fault (and
-// the fault under it) by f, in place, and returns plan: the same faults,
-// drawn the same way from the seed, held longer or shorter. With the LAN
+// ScaleHolds returns a copy of plan in which each step holds its fault
+// (and the fault under it) f times as long: the same faults, drawn the
+// same way from the seed, held longer or shorter. With the LAN
 // profile a partition held 2-10 s seldom outlasts the suspicion on both of
 // its sides (4-24 s); held three times as long, both sides declare the
 // other failed, as in a real partition of a minute.
 func ScaleHolds(plan []Step, f float64) []Step {
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f).Round(time.Millisecond) }
-	for i := range plan {
-		plan[i].Hold = scale(plan[i].Hold)
-		plan[i].UnderHold = scale(plan[i].UnderHold)
+	out := slices.Clone(plan)
+	for i := range out {
+		out[i].Hold = scale(out[i].Hold)
+		out[i].UnderHold = scale(out[i].UnderHold)
 	}
-	return plan
+	return out
 }
 
 // DescribePlan is the plan on one line per step.

@@ -229,7 +229,11 @@ func TestPlanWithoutDiskFaultsKeepsOldSeeds(t *testing.T) {
 func TestScaleHoldsKeepsTheDraw(t *testing.T) {
 	plan := Plan(8569, 6, true, true, true)
 	plan = append(plan, Step{Kind: FaultResign, Hold: 3 * time.Second, Under: FaultPause, UnderHold: 5 * time.Second})
-	scaled := ScaleHolds(slices.Clone(plan), 3)
+	drawn := slices.Clone(plan)
+	scaled := ScaleHolds(plan, 3)
+	if !reflect.DeepEqual(plan, drawn) {
+		t.Fatal("ScaleHolds changed the plan it was given")
+	}
 	for i, s := range scaled {
 		want := plan[i]
 		want.Hold, want.UnderHold = 3*want.Hold, 3*want.UnderHold
@@ -237,7 +241,7 @@ func TestScaleHoldsKeepsTheDraw(t *testing.T) {
 			t.Errorf("step %d: scaled %+v, want %+v", i+1, s, want)
 		}
 	}
-	if !reflect.DeepEqual(ScaleHolds(slices.Clone(plan), 1), plan) {
+	if !reflect.DeepEqual(ScaleHolds(plan, 1), plan) {
 		t.Error("a scale of 1 changed the plan")
 	}
 }
