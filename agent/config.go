@@ -390,6 +390,9 @@ func (c Config) electionConfig() bully.Config {
 		e = bully.DefaultConfig()
 	}
 	e.Preempt = c.Preempt
+	if c.Election == nil {
+		e.MinDetection = c.gossipTiming().FailureDetectionFloor()
+	}
 	return e
 }
 

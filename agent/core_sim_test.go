@@ -44,6 +44,13 @@ type csim struct {
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
 
+	// minDetection is the election's MinDetection (zero: gossip's reports
+	// of failures are believed at once). Views change here the moment a
+	// node crashes, faster than gossip can tell: a leader that crashed
+	// less than minDetection after its last COORDINATOR is forgotten when
+	// the next is overdue.
+	minDetection time.Duration
+
 	// The voter-set rules: --voters (0: the bootstrap's), and how long a
 	// voter may be missing before the leader replaces it (0: never).
 	voters      int
@@ -227,6 +234,7 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 	}
 	e.Rand = rand.New(rand.NewPCG(s.rand.Uint64(), s.rand.Uint64()))
 	e.Preempt = true
+	e.MinDetection = s.minDetection
 	lt := leasing.DefaultTiming().WithTTL(n.ttl)
 	lt.AcquireBudget = min(lt.AcquireBudget, e.CoordinatorTimeout/2) // as Config.leaseTiming
 	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: !n.drained, Voter: n.voter,

@@ -65,6 +65,16 @@ type Config struct {
 	// live member, so a node that missed the announcement (a lost message, a
 	// healed partition) learns the current term. Default 3s.
 	AnnounceInterval time.Duration
+	// MinDetection is the least time the membership takes to report failed
+	// a member that stopped answering: with gossip, one probe timeout and
+	// the shortest suspicion (gossip.Timing.FailureDetectionFloor). A
+	// follower whose leader's COORDINATOR arrived less than MinDetection
+	// before gossip reported the leader failed takes the report for a
+	// wrong one (it is refuted within milliseconds) and keeps the leader
+	// until its next COORDINATOR is due; a leader that really stopped was
+	// silent longer and is forgotten at once. Zero, the default, believes
+	// every report at once.
+	MinDetection time.Duration
 	// RetryDelay bounds the random wait after a failed lease round before the
 	// next campaign. Default 1s.
 	RetryDelay time.Duration
@@ -159,6 +169,7 @@ func (c Config) Validate() error {
 		{"TransferWindow", c.TransferWindow, true},
 		{"AnnounceInterval", c.AnnounceInterval, false},
 		{"RetryDelay", c.RetryDelay, true},
+		{"MinDetection", c.MinDetection, true},
 	} {
 		if d.v < 0 || (d.v == 0 && !d.zero) {
 			return fmt.Errorf("bully: config: %s must be positive, got %v", d.name, d.v)

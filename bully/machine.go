@@ -196,14 +196,14 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 			delete(m.silent, name)
 		}
 	}
-	// A leader gossip listed and no longer does is gone. One it never
-	// listed (its COORDINATOR overtook the membership) is kept: follow
-	// gave it CoordinatorTimeout to show up live. Forgotten at once, as
-	// before, a fleet that started together kept dropping and relearning
-	// its first leader while gossip spread the joins (seconds on a
-	// loaded host).
+	// A leader gossip listed and no longer does is gone (but see
+	// leaderDropped). One it never listed (its COORDINATOR overtook the
+	// membership) is kept: follow gave it CoordinatorTimeout to show up
+	// live. Forgotten at once, as before, a fleet that started together
+	// kept dropping and relearning its first leader while gossip spread
+	// the joins (seconds on a loaded host).
 	if _, was := prev[m.leader.Name]; was && !m.isSelf(m.leader) && !m.isLive(m.leader) {
-		m.forgetLeader(now)
+		m.leaderDropped(now)
 	}
 	if m.state == StateLeader {
 		sortNodes(newcomers)
@@ -213,6 +213,35 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 	}
 	m.stopAwaitingGone(now)
 	m.rescheduleFirst(now)
+}
+
+// leaderDropped handles gossip's report that the followed leader failed.
+// A follower that heard the leader's COORDINATOR less than
+// Config.MinDetection ago keeps it until its next one is due, plus an
+// election timeout for it to arrive (timeout forgets the leader then if
+// gossip still does not list it); a leader announced again meanwhile is
+// followed as one gossip does not list (follow). Any other node forgets
+// it at once.
+//
+// A leader that really crashed, or was cut off from the member that
+// reported it, stopped answering that member's probes at least a probe
+// timeout and a suspicion timeout before the report, and its last
+// COORDINATOR here came no later than that: it is forgotten at once, as
+// before. A leader heard more recently was reported wrongly: memberlist
+// takes a member's death from anyone, and a node healed from a long
+// isolation declares the members it could not reach failed one by one,
+// some after the heal. The leader refutes within milliseconds; forgotten
+// at once, the followers said "no leader" until an ELECTION round found
+// it again (0.6-1.2 s, with the LAN timing, measured).
+func (m *Machine) leaderDropped(now time.Time) {
+	if m.state != StateFollower || now.Sub(m.heard) >= m.cfg.MinDetection {
+		m.forgetLeader(now)
+		return
+	}
+	next := m.heard.Add(m.cfg.AnnounceInterval + m.cfg.ElectionTimeout)
+	if m.deadline.IsZero() || next.Before(m.deadline) {
+		m.deadline = next
+	}
 }
 
 // rescheduleFirst moves a fresh Machine's first campaign to the startup

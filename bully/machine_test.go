@@ -690,3 +690,67 @@ func TestRelayedLeaderIsFollowed(t *testing.T) {
 	m.Relayed(now, n5, 5)
 	leads(m, "a later term", n5, 5)
 }
+
+// TestWronglyReportedLeaderIsKept: gossip reports the followed leader
+// failed less than MinDetection after its last COORDINATOR (a healed node's
+// late report, refuted at once). The follower keeps the leader, sends no
+// ELECTION, and still follows it once gossip lists it again; without the
+// refutation it forgets the leader when the next COORDINATOR is overdue.
+// A report MinDetection or more after the last COORDINATOR, or with
+// MinDetection zero, is believed at once.
+func TestWronglyReportedLeaderIsKept(t *testing.T) {
+	const detect = 700 * time.Millisecond
+	n1, n9 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}, Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	follower := func(detection time.Duration) (*Machine, Config, time.Time) {
+		m, cfg, now := newMachine(t, 2, "n2", func(c *Config) { c.MinDetection = detection })
+		m.SetMembers(now, []Member{cfg.Self, n1, n9})
+		m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+		m.Ready()
+		return m, cfg, now
+	}
+	without, with := []Member{n1}, []Member{n1, n9}
+	leads := func(m *Machine, what string, want Node) {
+		t.Helper()
+		if got := m.Status().Leader; got != want {
+			t.Fatalf("%s: leader %v, want %v", what, got, want)
+		}
+	}
+	quiet := func(m *Machine, what string) {
+		t.Helper()
+		if r := m.Ready(); len(r.Messages) > 0 {
+			t.Fatalf("%s: sent %v, want nothing", what, brief(r.Messages))
+		}
+	}
+
+	m, cfg, now := follower(detect)
+	at := now.Add(detect - time.Millisecond)
+	m.SetMembers(at, without)
+	m.Tick(at)
+	leads(m, "reported failed just after its COORDINATOR", n9.Node)
+	quiet(m, "reported failed")
+	m.SetMembers(at.Add(5*time.Millisecond), with)
+	for d := time.Duration(0); d <= cfg.AnnounceInterval+cfg.ElectionTimeout; d += 100 * time.Millisecond {
+		m.Tick(at.Add(d))
+	}
+	leads(m, "refuted", n9.Node)
+	quiet(m, "refuted")
+
+	m, cfg, now = follower(detect)
+	m.SetMembers(now.Add(100*time.Millisecond), without)
+	due := now.Add(cfg.AnnounceInterval + cfg.ElectionTimeout)
+	m.Tick(due.Add(-time.Millisecond))
+	leads(m, "not refuted, its next COORDINATOR not yet overdue", n9.Node)
+	m.Tick(due)
+	leads(m, "not refuted, its next COORDINATOR overdue", Node{})
+	if m.Deadline().IsZero() {
+		t.Fatal("forgot the leader but scheduled no campaign")
+	}
+
+	m, _, now = follower(detect)
+	m.SetMembers(now.Add(detect), without)
+	leads(m, "reported failed a detection time after its COORDINATOR", Node{})
+
+	m, _, now = follower(0)
+	m.SetMembers(now.Add(time.Millisecond), without)
+	leads(m, "MinDetection zero", Node{})
+}

@@ -100,6 +100,9 @@ func TestTimingValidate(t *testing.T) {
 	}
 }
 
+// TestSuspicionTimeoutAndDetectionBound checks the suspicion timeouts and
+// detection bound by cluster size, and that the detection floor is the
+// probe timeout plus the shortest suspicion of any size.
 func TestSuspicionTimeoutAndDetectionBound(t *testing.T) {
 	tests := []struct {
 		timing        Timing
@@ -124,6 +127,16 @@ func TestSuspicionTimeoutAndDetectionBound(t *testing.T) {
 			t.Errorf("probe %v n=%d: suspicion %v..%v bound %v, want %v..%v bound %v",
 				tt.timing.ProbeInterval, tt.n, lo, hi, bound, tt.lo, tt.hi, tt.bound)
 		}
+		if floor := tt.timing.FailureDetectionFloor(); floor > tt.timing.ProbeTimeout+lo {
+			t.Errorf("probe %v n=%d: detection floor %v above probe timeout plus shortest suspicion %v",
+				tt.timing.ProbeInterval, tt.n, floor, tt.timing.ProbeTimeout+lo)
+		}
+	}
+	if got := LANTiming().FailureDetectionFloor(); got != 4500*time.Millisecond {
+		t.Errorf("LAN detection floor %v, want 4.5s", got)
+	}
+	if got := LocalTiming().FailureDetectionFloor(); got != 700*time.Millisecond {
+		t.Errorf("local detection floor %v, want 700ms", got)
 	}
 }
 

@@ -183,6 +183,18 @@ func (t Timing) SuspicionTimeout(n int) (lo, hi time.Duration) {
 	return lo, time.Duration(t.SuspicionMaxTimeoutMult) * lo
 }
 
+// FailureDetectionFloor is the least time between a member's last answer
+// to a probe and any member reporting it failed: a probe timeout (its
+// prober waits that long for the ack before it suspects the member) and
+// the shortest suspicion memberlist allows, whatever the cluster's size
+// and the confirmations (SuspicionTimeout(1)). A member's failure reported
+// sooner after a message from it was reported wrongly, or the message was
+// delayed in transit.
+func (t Timing) FailureDetectionFloor() time.Duration {
+	lo, _ := t.SuspicionTimeout(1)
+	return t.ProbeTimeout + lo
+}
+
 // FailureDetectionBound estimates the longest time, in a cluster of n
 // members without packet loss or overloaded nodes, between a member stopping
 // and the others reporting it failed: waiting to be probed (at worst two
