@@ -192,7 +192,7 @@ func Sweep(prefix string) ([]string, error) {
 		if m == nil {
 			continue
 		}
-		if pid, _ := strconv.Atoi(m[1]); pid == os.Getpid() || alive(pid) {
+		if pid, _ := strconv.Atoi(m[1]); pid == os.Getpid() || Alive(pid) {
 			continue
 		}
 		if err := remove(fields[0]); err != nil && first == nil {
@@ -203,8 +203,10 @@ func Sweep(prefix string) ([]string, error) {
 	return removed, first
 }
 
-// alive reports whether a process with this PID exists.
-func alive(pid int) bool {
+// Alive reports whether a process with this PID exists: whether the
+// process that made a namespace, or another leftover of a test run, is
+// still running.
+func Alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }

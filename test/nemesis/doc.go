@@ -26,4 +26,10 @@
 // Every file is behind the build tag nemesis; run it as root with
 // `make nemesis` (short) or `make soak` (long). docs/RELIABILITY.md says
 // what the faults are, how to replay a seed, and what the runs found.
+//
+// A run that is killed (an interrupted `make soak`) cannot clean up: the
+// next run removes its namespaces, with the agents in them
+// (netns.Sweep), unmounts the nodes' disks in its run directory and
+// removes its built binaries (SweepRuns); the run directory stays, with
+// the logs.
 package nemesis

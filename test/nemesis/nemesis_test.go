@@ -51,6 +51,10 @@ const DefaultElectionBound = 5 * time.Second
 // (prefix tn, 10.213.0.0/24) and internal/netns's own tests.
 var netOptions = netns.Options{Prefix: "nm", Subnet: "10.215.0"}
 
+// sweepOnce cleans up after killed runs once per test process, before the
+// first run (SweepRuns).
+var sweepOnce sync.Once
+
 // built holds the binaries of each variant, built once per test process.
 var built = map[bool]*struct {
 	once sync.Once
@@ -68,9 +72,18 @@ func setUp(t *testing.T, broken bool) Binaries {
 	if _, err := exec.LookPath("iptables-restore"); err != nil {
 		t.Skip("nemesis: needs iptables (test/nemesis/deps.sh installs it)")
 	}
+	sweepOnce.Do(func() {
+		done, err := SweepRuns()
+		for _, d := range done {
+			t.Logf("nemesis: cleaning up after a killed run: %s", d)
+		}
+		if err != nil {
+			t.Logf("nemesis: cleaning up after killed runs: %v", err)
+		}
+	})
 	b := built[broken]
 	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "nemesis-bin-")
+		dir, err := os.MkdirTemp("", RunDirPattern(BinDirPrefix))
 		if err != nil {
 			b.err = err
 			return
@@ -101,7 +114,7 @@ func TestMain(m *testing.M) {
 // and names it; a passing one's is removed unless -nemesis.keep.
 func runChecked(t *testing.T, o RunOptions) *Result {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "nemesis-")
+	dir, err := os.MkdirTemp("", RunDirPattern(RunDirPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
