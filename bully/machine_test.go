@@ -625,7 +625,8 @@ func newMachine(t *testing.T, id uint64, name string, adjust ...func(*Config)) (
 // gossip does not list yet (in a fleet that starts together, joins take
 // seconds to spread on a loaded host). The follower keeps it while the
 // membership catches up, for CoordinatorTimeout at most; it forgets at
-// once a leader gossip listed and no longer does. Before, every membership
+// once a leader gossip listed and no longer does (with MinDetection zero:
+// see TestWronglyReportedLeaderIsKept). Before, every membership
 // update dropped the unlisted leader, and followers kept losing and
 // relearning their first leader.
 func TestLeaderAheadOfGossipIsFollowed(t *testing.T) {
