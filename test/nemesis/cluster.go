@@ -274,14 +274,26 @@ func (c *Cluster) agentArgs(n *Node) []string {
 	return args
 }
 
-// startRun starts `tenure run` with the writer on node n; it runs until
-// the cluster stops, across restarts of the agent.
+// startRun starts `tenure run` with the writer on node n, and `tenure
+// watch --json` (watch-<node>.jsonl in the run directory: which leader
+// the agent names, for check.Blips); they run until the cluster stops,
+// across restarts of the agent. The watch is an observer, not part of the
+// host: a pause of the host does not stop it.
 func (c *Cluster) startRun(n *Node) error {
 	cmd := n.Host.Command(c.cfg.Bin.Tenure, "run", "--socket", n.Socket(), "--grace", RunGrace.String(), "--",
 		c.cfg.Bin.Writer, "--store", c.StoreURL(), "--history", c.history(n))
 	cmd.Env = c.env("NEMESIS_NODE=" + n.Name)
 	p, err := netns.Start(cmd, filepath.Join(n.dir, "run.log"))
 	n.run = p
+	if err != nil {
+		return err
+	}
+	// The events go to the JSON file, what the watch says of its
+	// reconnections (stderr) to its log.
+	cmd = n.Host.Command("/bin/sh", "-c", `exec "$0" watch --json --reconnect --socket "$1" 2>>"$2"`,
+		c.cfg.Bin.Tenure, n.Socket(), filepath.Join(n.dir, "watch.log"))
+	cmd.Env = c.env()
+	n.watch, err = netns.Start(cmd, filepath.Join(c.cfg.Dir, "watch-"+n.Name+".jsonl"))
 	return err
 }
 
@@ -403,8 +415,8 @@ func (c *Cluster) ResumeHost(n *Node) error {
 }
 
 // Stop resumes whatever is paused (recording it), records the end of the
-// run, then stops every supervisor (their writers with them), every agent
-// and the store with SIGTERM, as systemd would. It returns every problem:
+// run, then stops every watch and supervisor (their writers with them),
+// every agent and the store with SIGTERM, as systemd would. It returns every problem:
 // a process that had to be killed, or that had already exited.
 func (c *Cluster) Stop() error {
 	var errs []error
@@ -421,6 +433,7 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, err)
 	}
 	for _, n := range c.nodes {
+		errs = append(errs, stopProc(n.Name+"'s tenure watch", n.watch))
 		errs = append(errs, stopProc(n.Name+"'s tenure run", n.run))
 	}
 	for _, n := range c.nodes {

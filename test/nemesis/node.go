@@ -32,9 +32,10 @@ type Node struct {
 
 	agent       *netns.Proc // nil while the agent is down
 	run         *netns.Proc
-	paused      bool  // the agent is stopped (SIGSTOP)
-	pausedHost  bool  // the agent, the supervisor and the writers are stopped
-	pausedGroup []int // the writers' process groups stopped with the host
+	watch       *netns.Proc // tenure watch --json: the leader the agent names, over time
+	paused      bool        // the agent is stopped (SIGSTOP)
+	pausedHost  bool        // the agent, the supervisor and the writers are stopped
+	pausedGroup []int       // the writers' process groups stopped with the host
 }
 
 // disk is the mount point of the node's own small file system (a tmpfs),

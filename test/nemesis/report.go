@@ -126,6 +126,9 @@ type Tally struct {
 	// HandOvers are the operator's acts that moved leadership, as the
 	// checker measured them.
 	HandOvers []check.HandOver
+	// Blips are the followers that lost a leader whose term went on, as
+	// the checker found them.
+	Blips []check.Blip
 	// Failed counts failed verdicts by check name, and runs with a step
 	// that did not settle under "settle".
 	Failed map[string]int
@@ -156,6 +159,7 @@ func (t *Tally) Add(r *Result) {
 	if r.Report != nil {
 		t.Liveness = append(t.Liveness, r.Report.Liveness...)
 		t.HandOvers = append(t.HandOvers, r.Report.HandOvers...)
+		t.Blips = append(t.Blips, r.Report.Blips...)
 		for _, v := range r.Report.Verdicts {
 			if !v.OK {
 				t.Failed[v.Name]++
@@ -187,7 +191,29 @@ func (t *Tally) String() string {
 			n, held, l[n/2].Round(time.Millisecond), l[n*9/10].Round(time.Millisecond), l[n-1].Round(time.Millisecond))
 	}
 	writeHandOvers(&b, t.HandOvers)
+	writeBlips(&b, t.Blips)
 	return b.String()
+}
+
+// writeBlips counts the followers' blips with no fault on and under one,
+// with the longest of each.
+func writeBlips(b *strings.Builder, bs []check.Blip) {
+	var calm, faulted []time.Duration
+	for _, bl := range bs {
+		if bl.Faulted {
+			faulted = append(faulted, bl.Gap)
+		} else {
+			calm = append(calm, bl.Gap)
+		}
+	}
+	longest := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (longest %v)", slices.Max(ds).Round(time.Millisecond))
+	}
+	fmt.Fprintf(b, "followers that said \"no leader\" while their leader's term went on: %d with no fault on%s, %d under a fault%s\n",
+		len(calm), longest(calm), len(faulted), longest(faulted))
 }
 
 // refusedLabel ends the tally's label of acts the agent refused.

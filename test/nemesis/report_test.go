@@ -73,3 +73,23 @@ func TestUnsettledStepFailsTheRun(t *testing.T) {
 		t.Fatalf("a run whose boot did not settle passed: %q", r.Unsettled())
 	}
 }
+
+// TestBlipTallySeparatesFaults: the tally counts the followers' blips
+// with no fault on apart from those under one, each with its longest.
+func TestBlipTallySeparatesFaults(t *testing.T) {
+	var tally Tally
+	tally.Add(&Result{Report: &check.Report{Blips: []check.Blip{
+		{Node: "h1", Gap: 800 * time.Millisecond},
+		{Node: "h2", Gap: 1200 * time.Millisecond, Faulted: true},
+	}}})
+	tally.Add(&Result{Report: &check.Report{Blips: []check.Blip{{Node: "h3", Gap: 300 * time.Millisecond}}}})
+	want := `followers that said "no leader" while their leader's term went on: 2 with no fault on (longest 800ms), 1 under a fault (longest 1.2s)`
+	if s := tally.String(); !strings.Contains(s, want) {
+		t.Fatalf("tally:\n%s\nwant the line %q", s, want)
+	}
+	var none Tally
+	none.Add(&Result{Report: &check.Report{}})
+	if s := none.String(); !strings.Contains(s, ": 0 with no fault on, 0 under a fault\n") {
+		t.Fatalf("tally without blips:\n%s", s)
+	}
+}

@@ -102,6 +102,7 @@ func check(run *Run, opt Options) (*Report, linearization) {
 		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live, CheckHandOvers(hand)},
 		Liveness:  waits,
 		HandOvers: hand,
+		Blips:     Blips(run.Views, run.Events),
 		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused

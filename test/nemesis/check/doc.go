@@ -2,8 +2,9 @@
 // the agents, the writers and the fault harness recorded in a run directory
 // and decides whether tenure's invariants (docs/DESIGN.md, §1) held.
 //
-// It owns the formats of three kinds of files (journals, histories, events;
-// see JournalRecord, Op and Event), the reconstruction of each node's
+// It owns the formats of four kinds of files (journals, histories, events,
+// and the watch streams of `tenure watch --json`; see JournalRecord, Op,
+// Event and View), the reconstruction of each node's
 // believed-valid lease intervals from its journal, and seven checks:
 //
 //	I1                one lease at a time: no two nodes' intervals overlap
@@ -21,6 +22,11 @@
 // and how long after it the next node held a lease. Those made under a
 // fault (a partition, a kill or a pause), or refused by the agent, are
 // measured, not judged.
+//
+// The blips (Blips), measured only, are the followers whose watch stream
+// said "no leader" and then named the same leader in the same term again
+// (their agent not restarted in between): status, watchers and no-leader
+// hooks on that node were told of a vacancy that was not there.
 //
 // The package shares no code with the agent: it imports nothing of
 // github.com/tenurehq/tenure, only the standard library and porcupine, so a

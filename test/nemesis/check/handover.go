@@ -40,14 +40,7 @@ type HandOver struct {
 // asked of any. end is the run's end.
 func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 	var out []HandOver
-	faulted := false
 	for _, e := range events {
-		switch e.Kind {
-		case EventPartition, EventKill, EventWipe, EventPause, EventPauseHost, EventDiskFull:
-			faulted = true
-		case EventHeal:
-			faulted = false
-		}
 		act, anyNode := handOverAct(e)
 		if act == "" || e.T >= end {
 			continue
@@ -57,7 +50,7 @@ func HandOvers(iv []Interval, events []Event, end int64) []HandOver {
 			continue
 		}
 		h := HandOver{At: e.T, Act: act, From: held.Node, Gap: time.Duration(end - e.T),
-			LeaseLeft: time.Duration(held.Until - e.T), Faulted: faulted, Refused: refused(events, e)}
+			LeaseLeft: time.Duration(held.Until - e.T), Faulted: faultOn(events, e.T), Refused: refused(events, e)}
 		for _, in := range iv {
 			if in.Start >= e.T && in.Start < end && (in.Node != held.Node || in.Epoch != held.Epoch) {
 				h.To, h.Gap = in.Node, time.Duration(in.Start-e.T)

@@ -97,6 +97,7 @@ type Run struct {
 	Journal []JournalRecord // all nodes' journals, by T
 	History []Op            // all nodes' operations, by Invoke
 	Events  []Event         // by T
+	Views   []View          // all nodes' watch streams, by T
 }
 
 // ReadJournal reads one journal file. A final line cut short (the agent
@@ -131,8 +132,9 @@ func ReadEvents(path string) ([]Event, error) {
 }
 
 // Load reads a run directory: every journal-<node>.jsonl (at least one),
-// every history-<node>.jsonl (none is allowed: a run without writers) and
-// events.jsonl (required). Each record must name the node its file is named
+// every history-<node>.jsonl (none is allowed: a run without writers),
+// events.jsonl (required) and every watch-<node>.jsonl (none is allowed).
+// Each journal and history record must name the node its file is named
 // after.
 func Load(dir string) (*Run, error) {
 	run := &Run{}
@@ -149,6 +151,9 @@ func Load(dir string) (*Run, error) {
 	if run.Events, err = ReadEvents(filepath.Join(dir, "events.jsonl")); err != nil {
 		return nil, err
 	}
+	if run.Views, err = loadViews(dir); err != nil {
+		return nil, err
+	}
 	run.sort()
 	return run, nil
 }
@@ -158,6 +163,7 @@ func (r *Run) sort() {
 	slices.SortStableFunc(r.Journal, func(a, b JournalRecord) int { return cmpInt(a.T, b.T) })
 	slices.SortStableFunc(r.History, func(a, b Op) int { return cmpInt(a.Invoke, b.Invoke) })
 	slices.SortStableFunc(r.Events, func(a, b Event) int { return cmpInt(a.T, b.T) })
+	slices.SortStableFunc(r.Views, func(a, b View) int { return cmpInt(a.T, b.T) })
 }
 
 func cmpInt(a, b int64) int {

@@ -77,6 +77,10 @@ type Report struct {
 	// purpose: who held the lease, who held the next, and how long after
 	// the act. NameHandOver judges those made with no fault on.
 	HandOvers []HandOver
+	// Blips are the followers that said "no leader" while the term they
+	// followed went on (measured only; none with no fault on is what the
+	// election aims at).
+	Blips []Blip
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
 	// "writes-unrecorded" (values read that no recorded write carries),
@@ -131,6 +135,9 @@ func (r *Report) String() string {
 	for _, h := range r.HandOvers {
 		fmt.Fprintf(&b, "hand-over by %s\n", h)
 	}
+	for _, bl := range r.Blips {
+		fmt.Fprintf(&b, "blip: %s\n", bl)
+	}
 	fmt.Fprintf(&b, "counts: %s\n", counts(r.Counts))
 	return b.String()
 }
@@ -165,18 +172,20 @@ type reportJSON struct {
 	Verdicts   []Verdict      `json:"verdicts"`
 	LivenessNS []int64        `json:"liveness_ns"`
 	HandOvers  []HandOver     `json:"hand_overs,omitempty"`
+	Blips      []Blip         `json:"blips,omitempty"`
 	Counts     map[string]int `json:"counts"`
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds), "hand_overs" (if any) and "counts". It has a value receiver so
+// "liveness_ns" (nanoseconds), "hand_overs" and "blips" (if any) and
+// "counts". It has a value receiver so
 // that a Report encodes the same way with or without a pointer.
 func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
 	}
-	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Counts: r.Counts})
+	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Blips: r.Blips, Counts: r.Counts})
 }
 
 // WriteJSON writes the report, indented, to path (report.json in the run
