@@ -100,7 +100,7 @@ func (a *Agent) publishStatus(now time.Time) {
 		return
 	}
 	if st.Leader.IsZero() {
-		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason)
+		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason, "forgot", st.Lost)
 		a.emit(at, rpc.EventNoLeader, nil, 0)
 		return
 	}

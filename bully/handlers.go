@@ -17,7 +17,7 @@ import (
 // the sender does not wait on it.
 func (m *Machine) onElection(now time.Time, msg Message) *Message {
 	if m.leader == msg.From {
-		m.forgetLeader(now) // a node that campaigns does not lead
+		m.forgetLeader(now, "it campaigns (an ELECTION from it)") // a node that campaigns does not lead
 	}
 	if !m.cfg.Self.Eligible || m.cutOff || now.Before(m.holdUntil) {
 		return nil
@@ -155,7 +155,7 @@ func (m *Machine) onResign(now time.Time, msg Message) {
 		m.end = leaseEnd{} // released: the promises end now, not when reported
 	}
 	if m.leader == msg.From && msg.Term >= m.term {
-		m.forgetLeader(now)
+		m.forgetLeader(now, "it resigned")
 	}
 	if m.passed != nil && m.passed.From == msg.From && msg.Term >= m.passed.Term {
 		m.passed = nil // its term ended: not one to follow when this round fails
@@ -172,7 +172,7 @@ func (m *Machine) timeout(now time.Time) {
 	switch m.state {
 	case StateFollower:
 		if !m.leader.IsZero() && !m.isLive(m.leader) {
-			m.forgetLeader(now)
+			m.forgetLeader(now, "gossip does not list it alive")
 			return
 		}
 		if !m.leader.IsZero() || !m.cfg.Self.Eligible {
@@ -359,7 +359,7 @@ func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 	resign.Leader, resign.Term = m.cfg.Self.Node, m.term
 	m.broadcast(resign)
 	m.state = StateFollower
-	m.forgetLeader(now)
+	m.forgetLeader(now, why)
 }
 
 // follow adopts l as leader of term. A leader that gossip does not list as
@@ -384,9 +384,12 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.ho.follows()
 }
 
-// forgetLeader clears the known leader and, for a follower, schedules the
-// campaign for the vacancy.
-func (m *Machine) forgetLeader(now time.Time) {
+// forgetLeader clears the known leader, recording why (Status.Lost), and,
+// for a follower, schedules the campaign for the vacancy.
+func (m *Machine) forgetLeader(now time.Time, why string) {
+	if !m.leader.IsZero() {
+		m.lost = fmt.Sprintf("%s: %s", m.leader.Name, why)
+	}
 	m.leader, m.term = Node{}, 0
 	if m.state == StateFollower {
 		m.scheduleCampaign(now)

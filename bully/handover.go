@@ -138,7 +138,7 @@ func (m *Machine) SetEligible(now time.Time, eligible bool) {
 	case m.state.Campaigning():
 		// A lease round in flight that wins is released (Acquired).
 		m.state, m.acquiring = StateFollower, 0
-		m.forgetLeader(now)
+		m.forgetLeader(now, "this node is no longer eligible")
 	}
 }
 

@@ -61,6 +61,7 @@ type Machine struct {
 	passed   *Message
 	announce time.Time // a leader's next COORDINATOR broadcast
 	heard    time.Time // when the followed leader last announced itself
+	lost     string    // which leader this node last forgot, and why (Status.Lost)
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
 	// it adopts no lower term, so the terms it reports only grow.
@@ -144,7 +145,11 @@ func New(cfg Config, now time.Time) (*Machine, error) {
 
 // Status returns the Machine's current view.
 func (m *Machine) Status() Status {
-	return Status{State: m.state, Leader: m.leader, Term: m.term, Epoch: m.epoch}
+	st := Status{State: m.state, Leader: m.leader, Term: m.term, Epoch: m.epoch}
+	if m.leader.IsZero() {
+		st.Lost = m.lost
+	}
+	return st
 }
 
 // Deadline returns the instant of the next timer, zero when none is set. A
@@ -235,7 +240,7 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 // it again (0.6-1.2 s, with the LAN timing, measured).
 func (m *Machine) leaderDropped(now time.Time) {
 	if m.state != StateFollower || now.Sub(m.heard) >= m.cfg.MinDetection {
-		m.forgetLeader(now)
+		m.forgetLeader(now, "gossip reports it failed")
 		return
 	}
 	next := m.heard.Add(m.cfg.AnnounceInterval + m.cfg.ElectionTimeout)
@@ -374,7 +379,7 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 		return
 	}
 	if now.Sub(m.heard) >= 3*m.cfg.AnnounceInterval {
-		m.forgetLeader(now)
+		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals")
 	}
 }
 
@@ -532,6 +537,7 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 		// failed to win it no longer leads: it campaigns as any node
 		// without a leader does. Before, it stayed a follower of itself,
 		// which never campaigns.
+		m.lost = m.leader.Name + ": its lease round for a term above another's failed"
 		m.leader, m.term = Node{}, 0
 	}
 	m.failures++

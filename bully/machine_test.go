@@ -767,3 +767,39 @@ func TestWronglyReportedLeaderIsKept(t *testing.T) {
 	m.SetMembers(now.Add(time.Millisecond), without)
 	leads(m, "MinDetection zero", Node{})
 }
+
+// TestStatusSaysWhyTheLeaderWasLost: with no leader known, Status.Lost
+// names the leader last known and why it was forgotten; it is empty
+// while a leader is known and before any was.
+func TestStatusSaysWhyTheLeaderWasLost(t *testing.T) {
+	n9 := Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	following := func() (*Machine, Config, time.Time) {
+		m, cfg, now := newMachine(t, 2, "n2")
+		if got := m.Status().Lost; got != "" {
+			t.Fatalf("a fresh node: Lost = %q, want empty", got)
+		}
+		m.SetMembers(now, []Member{cfg.Self, n9})
+		m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+		if st := m.Status(); st.Leader != n9.Node || st.Lost != "" {
+			t.Fatalf("following n9: %+v, want n9 and Lost empty", st)
+		}
+		return m, cfg, now
+	}
+	lost := func(m *Machine, want string) {
+		t.Helper()
+		if st := m.Status(); !st.Leader.IsZero() || st.Lost != want {
+			t.Fatalf("leader %v, Lost %q; want none and %q", st.Leader, st.Lost, want)
+		}
+	}
+	m, cfg, now := following()
+	m.SetMembers(now.Add(time.Second), []Member{cfg.Self})
+	lost(m, "n9: gossip reports it failed")
+
+	m, cfg, now = following()
+	m.Step(now, Message{Type: MsgResign, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+	lost(m, "n9: it resigned")
+
+	m, cfg, now = following()
+	m.Tick(now.Add(3 * cfg.AnnounceInterval))
+	lost(m, "n9: no COORDINATOR from it for three announce intervals")
+}

@@ -168,6 +168,10 @@ type Status struct {
 	Term uint64
 	// Epoch is the highest epoch this node has seen or used.
 	Epoch uint64
+	// Lost says, while no leader is known, which leader this node last
+	// knew and why it forgot it ("n5: gossip reports it failed"); empty
+	// when it never knew one.
+	Lost string
 }
 
 // Ready is what a Machine asks its driver to do. The driver must persist
