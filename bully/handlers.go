@@ -15,8 +15,15 @@ import (
 // by the last leader (handover.go). A node that cannot lead (not eligible, or cut off
 // from a majority of the voters), or holds after a resign, stays silent so
 // the sender does not wait on it.
+//
+// An ELECTION from the followed leader says it no longer leads, unless its
+// epoch is below the leader's term: then the leader sent it while it
+// campaigned for that term, and the network held it back (TCP delivers
+// after a partition heals a request written during it, long after the
+// sender gave up on it). Forgotten then, the leader's followers said "no
+// leader" until its next COORDINATOR.
 func (m *Machine) onElection(now time.Time, msg Message) *Message {
-	if m.leader == msg.From {
+	if m.leader == msg.From && msg.Epoch >= m.term {
 		m.forgetLeader(now, "it campaigns (an ELECTION from it)") // a node that campaigns does not lead
 	}
 	if !m.cfg.Self.Eligible || m.cutOff || now.Before(m.holdUntil) {

@@ -803,3 +803,22 @@ func TestStatusSaysWhyTheLeaderWasLost(t *testing.T) {
 	m.Tick(now.Add(3 * cfg.AnnounceInterval))
 	lost(m, "n9: no COORDINATOR from it for three announce intervals")
 }
+
+// TestLateElectionFromTheLeaderIsIgnored: an ELECTION from the followed
+// leader stamped with an epoch below its term was sent while it
+// campaigned for that term (held back by the network): the follower keeps
+// the leader. One stamped with the term or later says it campaigns again.
+func TestLateElectionFromTheLeaderIsIgnored(t *testing.T) {
+	n9 := Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	m, cfg, now := newMachine(t, 12, "n12")
+	m.SetMembers(now, []Member{cfg.Self, n9})
+	m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 7, Epoch: 7})
+	m.Step(now, Message{Type: MsgElection, From: n9.Node, To: cfg.Self.Node, Epoch: 6})
+	if st := m.Status(); st.Leader != n9.Node || st.Term != 7 {
+		t.Fatalf("after a late ELECTION: %+v, want n9 in term 7", st)
+	}
+	m.Step(now, Message{Type: MsgElection, From: n9.Node, To: cfg.Self.Node, Epoch: 7})
+	if st := m.Status(); !st.Leader.IsZero() {
+		t.Fatalf("after an ELECTION of the term: %+v, want no leader", st)
+	}
+}
