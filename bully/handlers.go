@@ -98,9 +98,19 @@ func (m *Machine) onCoordinator(now time.Time, msg Message) *Message {
 }
 
 // accepts reports whether this node may adopt l's term: a later term than
-// any it followed, or the one it follows. Offered an earlier term by another
-// leader, it tells that leader of the later one instead.
+// any it followed, or the one it follows, unless l resigned it. Offered an
+// earlier term by another leader, it tells that leader of the later one
+// instead.
+//
+// A message naming a term its leader resigned is late: the network held
+// it back (TCP delivers after a partition heals requests written during
+// it). Followed again, the resigned leader was named in this node's
+// status and ANSWERs until its successor's COORDINATOR came, or for three
+// announce intervals when none did.
 func (m *Machine) accepts(l Node, term uint64) bool {
+	if l == m.resignedBy && term <= m.resignedTerm {
+		return false
+	}
 	if term > m.lastTerm || (term == m.lastTerm && l == m.lastLeader) {
 		return true
 	}
@@ -150,6 +160,9 @@ func (m *Machine) yield(now time.Time, l Node, term uint64) {
 // ended starts a term above it. A term handed to a successor makes the
 // successor take over at once and the others wait for it (handover.go).
 func (m *Machine) onResign(now time.Time, msg Message) {
+	if msg.Term >= m.resignedTerm {
+		m.resignedBy, m.resignedTerm = msg.From, msg.Term
+	}
 	if msg.Hold {
 		m.held[msg.From.Name] = now.Add(m.holdFor(msg))
 	}

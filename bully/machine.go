@@ -18,6 +18,12 @@ type Machine struct {
 
 	live map[string]peer      // live members other than self, by name
 	held map[string]time.Time // members that resigned with hold, until when
+	// resignedBy resigned resignedTerm, the highest term known to have
+	// ended by its leader's RESIGN: a late COORDINATOR or ANSWER naming
+	// that term, or an earlier one of the same leader, is not followed
+	// (accepts).
+	resignedBy   Node
+	resignedTerm uint64
 	// silent are higher nodes that did not answer an ELECTION this node then
 	// won: alive to gossip but not taking part (frozen, or cut off from the
 	// peer transport). They are left out of elections and preemption until

@@ -822,3 +822,26 @@ func TestLateElectionFromTheLeaderIsIgnored(t *testing.T) {
 		t.Fatalf("after an ELECTION of the term: %+v, want no leader", st)
 	}
 }
+
+// TestLateCoordinatorOfAResignedTermIsNotFollowed: a COORDINATOR (or an
+// ANSWER naming the leader) of a term its leader has resigned arrives
+// late, held back by the network: the follower does not follow the
+// resigned term again; the same leader's later term it follows.
+func TestLateCoordinatorOfAResignedTermIsNotFollowed(t *testing.T) {
+	n9 := Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	m, cfg, now := newMachine(t, 2, "n2")
+	m.SetMembers(now, []Member{cfg.Self, n9})
+	coordinator := func(term uint64) {
+		m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: term, Epoch: term})
+	}
+	coordinator(3)
+	m.Step(now, Message{Type: MsgResign, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3, Epoch: 3})
+	coordinator(3)
+	if st := m.Status(); !st.Leader.IsZero() {
+		t.Fatalf("after a late COORDINATOR of the resigned term: %+v, want no leader", st)
+	}
+	coordinator(4)
+	if st := m.Status(); st.Leader != n9.Node || st.Term != 4 {
+		t.Fatalf("after n9's next term: %+v, want n9 in term 4", st)
+	}
+}
