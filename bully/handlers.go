@@ -404,16 +404,22 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.ho.follows()
 }
 
-// forgetLeader clears the known leader, recording why (Status.Lost), and,
-// for a follower, schedules the campaign for the vacancy.
+// forgetLeader clears the known leader (dropLeader) and, for a follower,
+// schedules the campaign for the vacancy.
 func (m *Machine) forgetLeader(now time.Time, why string) {
-	if !m.leader.IsZero() {
-		m.lost = fmt.Sprintf("%s: %s", m.leader.Name, why)
-	}
-	m.leader, m.term = Node{}, 0
+	m.dropLeader(why)
 	if m.state == StateFollower {
 		m.scheduleCampaign(now)
 	}
+}
+
+// dropLeader clears the known leader, recording which it was and why
+// (Status.Lost).
+func (m *Machine) dropLeader(why string) {
+	if !m.leader.IsZero() {
+		m.lost = m.leader.Name + ": " + why
+	}
+	m.leader, m.term = Node{}, 0
 }
 
 // scheduleCampaign sets the campaign timer of an eligible follower: one

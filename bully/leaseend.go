@@ -101,7 +101,6 @@ func (m *Machine) checkLeaseEnd(now time.Time) {
 	}
 	m.end = leaseEnd{}
 	m.markSilent(now, l.Name)
-	m.lost = l.Name + ": the voters' promises to its term ran out unrenewed"
-	m.leader, m.term = Node{}, 0
+	m.dropLeader("the voters' promises to its term ran out unrenewed")
 	m.startElection(now)
 }

@@ -543,8 +543,7 @@ func (m *Machine) acquireFailed(now time.Time, epoch, seen uint64, wait time.Dur
 		// failed to win it no longer leads: it campaigns as any node
 		// without a leader does. Before, it stayed a follower of itself,
 		// which never campaigns.
-		m.lost = m.leader.Name + ": its lease round for a term above another's failed"
-		m.leader, m.term = Node{}, 0
+		m.dropLeader("its lease round for a term above another's failed")
 	}
 	m.failures++
 	delay := m.backoff()
