@@ -193,6 +193,7 @@ type Transport struct {
 	dialed  atomic.Uint64
 	accepts atomic.Uint64
 	late    atomic.Uint64 // responses that came after their call ended
+	stale   atomic.Uint64 // requests that came after their caller gave up
 
 	mu       sync.Mutex
 	closed   bool
@@ -285,6 +286,11 @@ func (t *Transport) Dialed() uint64 { return t.dialed.Load() }
 // ended; each kept its connection, which was pooled again.
 func (t *Transport) LateResponses() uint64 { return t.late.Load() }
 
+// LateRequests returns how many requests came after their caller had
+// given up (held by a cut link, for example, and delivered when it came
+// back): each was answered with an error and not handled.
+func (t *Transport) LateRequests() uint64 { return t.stale.Load() }
+
 // Accepted returns how many inbound connections the transport has accepted
 // since it started, proven or not.
 func (t *Transport) Accepted() uint64 { return t.accepts.Load() }
@@ -298,6 +304,33 @@ func (t *Transport) isClosed() bool {
 // request and response are the msgpack maps inside the frames.
 type request struct {
 	Body []byte `msgpack:"b"`
+	// Until is when the caller gives up, in milliseconds since its TCP
+	// connect returned, by its clock. The serving side counts from its
+	// accept, which comes half a round trip or more later, so it never
+	// thinks the caller gave up before it did: a request that arrives
+	// after Until is not handled (lateBy), and a handler's context ends
+	// at Until. Zero (from an older release) means no bound but
+	// HandlerTimeout.
+	Until uint64 `msgpack:"u,omitempty"`
+}
+
+// maxConnAge retires a pooled connection this long after its connect, so
+// that the allowance for clocks that run at different rates (lateBy) stays
+// small: at most 300 ms.
+const maxConnAge = 5 * time.Minute
+
+// lateBy is how long after its caller gave up a request arrives on a
+// connection accepted age ago, the caller having given up until
+// milliseconds after its connect; zero or less when the caller still waits.
+// It allows a thousandth of the connection's age for the two hosts' clocks
+// to run apart, far more than clocks kept by NTP drift.
+func lateBy(age time.Duration, until uint64) time.Duration {
+	return age - time.Duration(until)*time.Millisecond - age/1000
+}
+
+// errLateRequest is the answer to a request that came late by d.
+func errLateRequest(d time.Duration) error {
+	return fmt.Errorf("request arrived %v after its caller gave up; not handled", d.Round(time.Millisecond))
 }
 
 type response struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -24,13 +25,14 @@ func (t *Transport) Call(ctx context.Context, addr string, req []byte) ([]byte, 
 	if t.isClosed() {
 		return nil, ErrClosed
 	}
-	frame, err := t.encodeFrame(request{Body: req}, "request")
-	if err != nil {
+	// Check the size once, with the largest deadline stamp; each
+	// connection stamps its own (roundTrip).
+	if _, err := t.encodeFrame(request{Body: req, Until: math.MaxUint64}, "request"); err != nil {
 		return nil, fmt.Errorf("gossip: call %s: %w", addr, err)
 	}
 	ctx, cancel := t.callContext(ctx)
 	defer cancel()
-	resp, err := t.exchange(ctx, addr, frame)
+	resp, err := t.exchange(ctx, addr, req)
 	if err != nil {
 		return nil, t.callError(ctx, addr, err)
 	}
@@ -72,16 +74,17 @@ func (t *Transport) callError(ctx context.Context, addr string, err error) error
 	return fmt.Errorf("gossip: call %s: %w: %w", addr, cause, err)
 }
 
-// exchange sends frame on a pooled or new connection and returns the
-// response. If a pooled connection fails before any byte of the request is
-// written, the request goes once more on another connection.
-func (t *Transport) exchange(ctx context.Context, addr string, frame []byte) (response, error) {
+// exchange sends the request body req on a pooled or new connection and
+// returns the response. If a pooled connection fails before any byte of
+// the request is written, the request goes once more on another
+// connection.
+func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (response, error) {
 	for attempt := 0; ; attempt++ {
 		c, err := t.conn(ctx, addr)
 		if err != nil {
 			return response{}, err
 		}
-		resp, sent, err := c.roundTrip(ctx, frame)
+		resp, sent, err := c.roundTrip(ctx, req)
 		if err == nil || sent || ctx.Err() != nil || attempt > 0 {
 			return resp, err
 		}
@@ -177,6 +180,7 @@ type clientConn struct {
 	t      *Transport
 	addr   string
 	conn   net.Conn
+	born   time.Time     // when its TCP connect returned; requests' deadlines count from it
 	frames chan []byte   // the response to the call in flight; capacity 1
 	dead   chan struct{} // closed when the reader exits
 	err    error         // why the reader exited; read only after dead is closed
@@ -201,12 +205,13 @@ func (t *Transport) dial(connectCtx, ctx context.Context, addr string) (*clientC
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
+	born := time.Now()
 	conn, err := t.wrapClient(ctx, raw, addr)
 	if err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("%w: handshake: %w", ErrUnreachable, err)
 	}
-	c := &clientConn{t: t, addr: addr, conn: conn, frames: make(chan []byte, 1), dead: make(chan struct{})}
+	c := &clientConn{t: t, addr: addr, conn: conn, born: born, frames: make(chan []byte, 1), dead: make(chan struct{})}
 	if !t.addClient(c) {
 		conn.Close()
 		return nil, ErrClosed
@@ -255,9 +260,11 @@ func (t *Transport) forget(c *clientConn) {
 }
 
 // takeIdle returns the most recently used idle connection to addr, closing
-// any that are dead or about to reach their idle deadline.
+// any that are dead, about to reach their idle deadline, or older than
+// maxConnAge.
 func (t *Transport) takeIdle(addr string) *clientConn {
-	soon := time.Now().Add(min(time.Second, t.cfg.IdleTimeout/4))
+	now := time.Now()
+	soon := now.Add(min(time.Second, t.cfg.IdleTimeout/4))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	list := t.idle[addr]
@@ -265,7 +272,7 @@ func (t *Transport) takeIdle(addr string) *clientConn {
 		c := list[len(list)-1]
 		list = list[:len(list)-1]
 		t.idle[addr] = list
-		if c.idleUntil.After(soon) && !c.isDead() {
+		if c.idleUntil.After(soon) && !c.isDead() && now.Sub(c.born) < maxConnAge {
 			return c
 		}
 		c.conn.Close() // its reader forgets it
@@ -324,16 +331,21 @@ func (c *clientConn) read() {
 	}
 }
 
-// roundTrip writes one request frame and waits for its response. sent
-// reports whether any byte of the request may have left. After a clean
-// exchange the connection is pooled again; after a call that ended before
-// its response came, once the reader has dropped the late response (within
-// the late-response wait, or the connection closes).
-func (c *clientConn) roundTrip(ctx context.Context, frame []byte) (resp response, sent bool, err error) {
+// roundTrip writes the request body req, stamped with its call's
+// deadline, and waits for the response. sent reports whether any byte of
+// the request may have left. After a clean exchange the connection is
+// pooled again; after a call that ended before its response came, once
+// the reader has dropped the late response (within the late-response
+// wait, or the connection closes).
+func (c *clientConn) roundTrip(ctx context.Context, req []byte) (resp response, sent bool, err error) {
 	if c.isDead() {
 		return response{}, false, c.err
 	}
 	deadline, ok := ctx.Deadline() // Call always sets one
+	frame, err := c.t.encodeFrame(request{Body: req, Until: c.until(deadline, ok)}, "request")
+	if err != nil {
+		return response{}, false, err // Call checked the size: not expected
+	}
 	c.conn.SetWriteDeadline(deadline)
 	if ok {
 		c.conn.SetReadDeadline(deadline.Add(c.t.lateWait()))
@@ -357,6 +369,15 @@ func (c *clientConn) roundTrip(ctx context.Context, frame []byte) (resp response
 	body, err := c.await(ctx)
 	if err != nil {
 		return response{}, true, err
+	}
+	if ok && !time.Now().Before(deadline) {
+		// Late, though it came before the call's timer fired: a handler
+		// that ran out of the caller's time answers at its deadline
+		// (which the serving side never places earlier), and this call
+		// fails by its own deadline, as it would have a moment later.
+		c.t.late.Add(1)
+		c.t.release(c)
+		return response{}, true, context.DeadlineExceeded
 	}
 	if err := wire.Unmarshal(body, &resp); err != nil {
 		c.conn.Close()
@@ -386,6 +407,17 @@ func (c *clientConn) await(ctx context.Context) ([]byte, error) {
 		}
 		return <-c.frames, nil // the response won the race
 	}
+}
+
+// until is the request stamp for a call ending at deadline (if ok):
+// milliseconds since the connect, rounded up, at least 1; zero for no
+// deadline.
+func (c *clientConn) until(deadline time.Time, ok bool) uint64 {
+	if !ok {
+		return 0
+	}
+	ms := (deadline.Sub(c.born) + time.Millisecond - 1) / time.Millisecond
+	return uint64(max(ms, 1))
 }
 
 // lateWait is how long a connection waits for the response to an

@@ -45,6 +45,7 @@ func (t *Transport) acceptLoop() {
 // which may read it without the lock.
 type inbound struct {
 	conn    net.Conn
+	at      time.Time // accepted; the peer's request deadlines count from about then
 	remote  string
 	proven  bool
 	evicted bool // closed to make room for a newer unproven connection
@@ -67,7 +68,7 @@ func (t *Transport) admit(conn net.Conn) *inbound {
 		old.conn.Close()
 		t.refused.note("evicted", old.remote, nil)
 	}
-	in := &inbound{conn: conn, remote: conn.RemoteAddr().String()}
+	in := &inbound{conn: conn, at: time.Now(), remote: conn.RemoteAddr().String()}
 	t.unproven = append(t.unproven, in)
 	t.inbound[in] = struct{}{}
 	t.wg.Add(1)
@@ -166,7 +167,15 @@ func (t *Transport) serveOne(conn net.Conn, in *inbound) bool {
 	if !in.proven && !t.prove(in) {
 		return false
 	}
-	out := t.respond(req.Body, in.remote)
+	var out []byte
+	if left := t.callerWaits(req, in); left > 0 {
+		out = t.respond(req.Body, in.remote, left)
+	} else {
+		t.stale.Add(1)
+		err := errLateRequest(-left)
+		t.logger.Debug("gossip: peer request came after its caller gave up", "remote", in.remote, "err", err)
+		out, _ = t.encodeFrame(response{Err: err.Error()}, "response")
+	}
 	conn.SetWriteDeadline(time.Now().Add(t.cfg.HandlerTimeout))
 	if err := wire.WriteFrame(conn, out); err != nil {
 		if !t.isClosed() {
@@ -190,10 +199,25 @@ func (t *Transport) readRequest(conn net.Conn) (request, error) {
 	return req, nil
 }
 
-// respond runs the handler and encodes its answer, replacing one too large
-// for a frame by an error.
-func (t *Transport) respond(req []byte, remote string) []byte {
-	resp := t.handle(req, remote)
+// callerWaits is how much longer the caller of req waits for its answer,
+// by this side's clock (at most HandlerTimeout); zero or less if it has
+// given up. A request is stamped with its caller's deadline only by this
+// release: an older peer's is given HandlerTimeout.
+func (t *Transport) callerWaits(req request, in *inbound) time.Duration {
+	if req.Until == 0 {
+		return t.cfg.HandlerTimeout
+	}
+	left := -lateBy(time.Since(in.at), req.Until)
+	if left <= 0 {
+		return min(left, -time.Millisecond)
+	}
+	return min(left, t.cfg.HandlerTimeout)
+}
+
+// respond runs the handler for at most timeout and encodes its answer,
+// replacing one too large for a frame by an error.
+func (t *Transport) respond(req []byte, remote string, timeout time.Duration) []byte {
+	resp := t.handle(req, remote, timeout)
 	out, err := t.encodeFrame(resp, "response")
 	if err != nil {
 		t.logger.Warn("gossip: peer response not sent", "remote", remote, "err", err)
@@ -202,9 +226,10 @@ func (t *Transport) respond(req []byte, remote string) []byte {
 	return out
 }
 
-// handle calls the handler with a bounded context, recovering a panic.
-func (t *Transport) handle(req []byte, remote string) (resp response) {
-	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.HandlerTimeout)
+// handle calls the handler with a context bounded by timeout, recovering a
+// panic.
+func (t *Transport) handle(req []byte, remote string, timeout time.Duration) (resp response) {
+	ctx, cancel := context.WithTimeout(t.ctx, timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {

@@ -477,8 +477,14 @@ func TestTransportLateResponseKeepsConnection(t *testing.T) {
 
 func TestTransportAbandonedCallWithoutResponseClosesConnection(t *testing.T) {
 	entered := make(chan struct{}, 10)
-	var returned atomic.Bool
-	server := listen(t, TransportConfig{Handler: hang(entered, &returned), HandlerTimeout: time.Minute})
+	release := make(chan struct{})
+	stuck := func(context.Context, []byte) ([]byte, error) {
+		entered <- struct{}{}
+		<-release // a handler that overruns its context
+		return nil, nil
+	}
+	server := listen(t, TransportConfig{Handler: stuck, HandlerTimeout: time.Minute})
+	t.Cleanup(func() { close(release) }) // before the server closes
 	// The client waits its HandlerTimeout plus a second for a late
 	// response, then gives the connection up.
 	client := listen(t, TransportConfig{HandlerTimeout: 100 * time.Millisecond})
