@@ -157,7 +157,10 @@ func (a *Agent) askLeader(ctx context.Context, leader bully.Node, what string, r
 	case err != nil:
 		// Not the agent's failure but the cluster's state of the moment:
 		// the caller is told, as for a leader not known, and can retry.
-		return fmt.Errorf("%w: the leader this node knows, %s (%s), did not answer the %s: %v; retry, or ask on another node",
+		// A request that reached the leader after the call gave up was
+		// not carried out (the peer transport refuses it); one that came
+		// in time and lost its answer may have been.
+		return fmt.Errorf("%w: the leader this node knows, %s (%s), did not answer the %s: %v; if it arrived in time it may have been carried out (`tenure status` and `members` show); retry, or ask on another node",
 			rpc.ErrNoLeader, leader.Name, addr, what, err)
 	}
 	r := reply(env)

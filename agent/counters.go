@@ -42,8 +42,9 @@ func (c *counters) snapshot() map[string]uint64 {
 // the core ("sync_members"); gossip tag updates ("set_tags"); driver
 // flushes, each publishing the status and sending what the core queued
 // ("flush"); the peer transport's connections ("peer.dialed",
-// "peer.accepted", "peer.refused", and "peer.late": responses that came
-// after their call had ended); local socket connections turned
+// "peer.accepted", "peer.refused", "peer.late": responses that came
+// after their call had ended, and "peer.late_request": requests that came
+// after their caller gave up, not handled); local socket connections turned
 // away at its limits ("socket.refused"); bytes of peer messages
 // ("send_bytes.KIND", "recv_bytes.KIND"); lease rounds and expiries
 // ("lease.acquired", "lease.acquire_failed", "lease.renewed",
@@ -65,6 +66,7 @@ func (a *Agent) Counters() map[string]uint64 {
 		out["peer.accepted"] = a.peers.Accepted()
 		out["peer.refused"] = a.peers.Refused()
 		out["peer.late"] = a.peers.LateResponses()
+		out["peer.late_request"] = a.peers.LateRequests()
 	}
 	if a.server != nil {
 		out["socket.refused"] = a.server.Refused()

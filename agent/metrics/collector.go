@@ -28,6 +28,7 @@ var (
 	descPeerMsgs       = desc("peer_messages_total", "Peer messages by direction (sent, received as requests, replies received) and type.", "direction", "type")
 	descPeerBytes      = desc("peer_bytes_total", "Bytes of peer messages by direction (sent, received) and type.", "direction", "type")
 	descPeerConns      = desc("peer_connections_total", "Peer transport connections: dialed, accepted, refused (at the connection limit).", "kind")
+	descPeerLate       = desc("peer_late_total", "Peer exchanges that outlasted their caller: responses that came after their call ended (response), requests that came after their caller gave up, answered with an error and not handled (request).", "kind")
 	descSocketRefused  = desc("socket_connections_refused_total", "Local socket connections turned away at the socket's limits.")
 	descGossip         = desc("gossip_events_total", "Gossip membership events by type.", "type")
 	descHooks          = desc("hook_runs_total", "Hook runs by outcome (ok, failed, timeout, aborted, cannot-start).", "outcome")
@@ -43,7 +44,7 @@ type collector struct{ src Source }
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descState, descEpoch, descLeaderEpoch, descLeaseRemaining,
 		descQuorumHave, descQuorumNeed, descVoters, descStorage, descMembers, descLease, descElections, descWon, descPeerMsgs,
-		descPeerBytes, descPeerConns, descSocketRefused, descGossip, descHooks, descHookSeconds, descRunStarted, descRunStopped} {
+		descPeerBytes, descPeerConns, descPeerLate, descSocketRefused, descGossip, descHooks, descHookSeconds, descRunStarted, descRunStopped} {
 		ch <- d
 	}
 }
@@ -117,7 +118,14 @@ func (c collector) counters(counter func(*prometheus.Desc, float64, ...string)) 
 		case "recv_bytes":
 			counter(descPeerBytes, f, "received", sub)
 		case "peer":
-			counter(descPeerConns, f, sub)
+			switch sub {
+			case "late":
+				counter(descPeerLate, f, "response")
+			case "late_request":
+				counter(descPeerLate, f, "request")
+			default:
+				counter(descPeerConns, f, sub)
+			}
 		case "socket":
 			if sub == "refused" {
 				counter(descSocketRefused, f)
