@@ -109,12 +109,7 @@ var disturbs = []string{EventKill, EventStart, EventStop, EventPause, EventPause
 
 // disturbed reports whether an event of disturbs happened in (from, to).
 func disturbed(events []Event, from, to int64) bool {
-	for _, e := range events {
-		if e.T > from && e.T < to && slices.Contains(disturbs, e.Kind) {
-			return true
-		}
-	}
-	return false
+	return happened(events, from, to, func(e Event) bool { return slices.Contains(disturbs, e.Kind) })
 }
 
 // refused reports whether the agent refused the operator's command of

@@ -141,9 +141,16 @@ func Blips(views []View, events []Event) []Blip {
 // restarted reports whether node's agent was started, killed or stopped
 // in (from, to].
 func restarted(events []Event, node string, from, to int64) bool {
+	return happened(events, from, to+1, func(e Event) bool {
+		return (e.Kind == EventStart || e.Kind == EventKill || e.Kind == EventStop) && slices.Contains(e.Nodes, node)
+	})
+}
+
+// happened reports whether an event that match accepts happened in
+// (from, to), times in nanoseconds.
+func happened(events []Event, from, to int64, match func(Event) bool) bool {
 	for _, e := range events {
-		if e.T > from && e.T <= to && (e.Kind == EventStart || e.Kind == EventKill || e.Kind == EventStop) &&
-			slices.Contains(e.Nodes, node) {
+		if e.T > from && e.T < to && match(e) {
 			return true
 		}
 	}
