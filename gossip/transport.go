@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -325,7 +326,8 @@ const maxConnAge = 5 * time.Minute
 // It allows a thousandth of the connection's age for the two hosts' clocks
 // to run apart, far more than clocks kept by NTP drift.
 func lateBy(age time.Duration, until uint64) time.Duration {
-	return age - time.Duration(until)*time.Millisecond - age/1000
+	const far = uint64(math.MaxInt64 / int64(time.Millisecond) / 2) // ~146 years: no bound
+	return age - time.Duration(min(until, far))*time.Millisecond - age/1000
 }
 
 // errLateRequest is the answer to a request that came late by d.

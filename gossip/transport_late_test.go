@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -178,6 +179,9 @@ func TestLateByAllowsForClockRates(t *testing.T) {
 			t.Errorf("age %v, caller's deadline %v: late %v, want %v", c.age, c.until, late, c.late)
 		}
 	}
+	if late := lateBy(time.Hour, math.MaxUint64); late > 0 {
+		t.Errorf("the largest deadline stamp is late by %v; it must not wrap around", late)
+	}
 	if !strings.Contains(errLateRequest(1500*time.Millisecond).Error(), "1.5s after its caller gave up") {
 		t.Errorf("message %q", errLateRequest(1500*time.Millisecond))
 	}
@@ -209,4 +213,26 @@ func readResponse(t *testing.T, conn net.Conn) response {
 		t.Fatal(err)
 	}
 	return resp
+}
+
+// FuzzRequestDeadline: any request body a peer sends decodes or is
+// refused, and a decoded one's time to handle is bounded by
+// HandlerTimeout whatever its deadline stamp and its connection's age.
+func FuzzRequestDeadline(f *testing.F) {
+	for _, u := range []uint64{0, 1, 2000, math.MaxInt64, math.MaxUint64} {
+		b, _ := wire.Marshal(request{Body: []byte("x"), Until: u})
+		f.Add(b, int64(1500))
+	}
+	tr := &Transport{cfg: TransportConfig{HandlerTimeout: 2 * time.Second}}
+	f.Fuzz(func(t *testing.T, body []byte, ageMs int64) {
+		var req request
+		if wire.Unmarshal(body, &req) != nil {
+			return
+		}
+		age := time.Duration(ageMs%(24*3600*1000)) * time.Millisecond
+		in := &inbound{at: time.Now().Add(-age)}
+		if left := tr.callerWaits(req, in); left > tr.cfg.HandlerTimeout {
+			t.Fatalf("until %d, age %v: %v to handle, more than the handler timeout", req.Until, age, left)
+		}
+	})
 }
