@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"log/slog"
 	"maps"
 	"slices"
@@ -22,6 +23,7 @@ const maxRefusalDetail = 200
 // methods are safe for concurrent use.
 type refusalLog struct {
 	logger   *slog.Logger
+	level    slog.Level // slog.LevelWarn unless set after newRefusalLog
 	msg      string
 	interval time.Duration
 	total    atomic.Uint64
@@ -34,7 +36,7 @@ type refusalLog struct {
 }
 
 func newRefusalLog(logger *slog.Logger, msg string) *refusalLog {
-	return &refusalLog{logger: logger, msg: msg, interval: RefusalLogInterval, counts: map[string]int{}}
+	return &refusalLog{logger: logger, level: slog.LevelWarn, msg: msg, interval: RefusalLogInterval, counts: map[string]int{}}
 }
 
 // Total returns how many refusals were noted.
@@ -86,7 +88,7 @@ func (r *refusalLog) flushLocked() {
 		attrs = append(attrs, reason, r.counts[reason])
 	}
 	attrs = append([]any{"count", n, "total", r.total.Load(), "interval", r.interval}, attrs...)
-	r.logger.Warn(r.msg, append(attrs, r.last...)...)
+	r.logger.Log(context.Background(), r.level, r.msg, append(attrs, r.last...)...)
 	clear(r.counts)
 }
 

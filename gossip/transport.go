@@ -194,7 +194,7 @@ type Transport struct {
 	dialed  atomic.Uint64
 	accepts atomic.Uint64
 	late    atomic.Uint64 // responses that came after their call ended
-	stale   atomic.Uint64 // requests that came after their caller gave up
+	stale   *refusalLog   // requests that came after their caller gave up
 
 	mu       sync.Mutex
 	closed   bool
@@ -226,11 +226,13 @@ func ListenTransport(cfg TransportConfig) (*Transport, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		refused: newRefusalLog(cfg.Logger, "gossip: closed peer connections that did not prove themselves in time or exceeded the limits"),
+		stale:   newRefusalLog(cfg.Logger, "gossip: peer requests that came after their callers had given up (held by a cut link, or a stalled host) were answered with an error, not handled"),
 		inbound: make(map[*inbound]struct{}),
 		clients: make(map[*clientConn]struct{}),
 		idle:    make(map[string][]*clientConn),
 		dialing: make(map[string]*dialing),
 	}
+	t.stale.level = slog.LevelInfo // a heal delivers them; not an attack
 	t.wg.Add(1)
 	go t.acceptLoop()
 	t.logger.Info("gossip: peer transport listening", "addr", t.Addr(), "wrapped", cfg.Wrap != nil)
@@ -265,6 +267,7 @@ func (t *Transport) Close() error {
 		}
 		t.wg.Wait()
 		t.refused.stop()
+		t.stale.stop()
 	})
 	return nil
 }
@@ -290,7 +293,9 @@ func (t *Transport) LateResponses() uint64 { return t.late.Load() }
 // LateRequests returns how many requests came after their caller had
 // given up (held by a cut link, for example, and delivered when it came
 // back): each was answered with an error and not handled.
-func (t *Transport) LateRequests() uint64 { return t.stale.Load() }
+// They are logged at INFO, at most once per RefusalLogInterval with their
+// count: a partition's heal delivers them in bursts.
+func (t *Transport) LateRequests() uint64 { return t.stale.Total() }
 
 // Accepted returns how many inbound connections the transport has accepted
 // since it started, proven or not.

@@ -94,7 +94,9 @@ func TestTransportLateRequestIsNotHandled(t *testing.T) {
 		return req, nil
 	}
 	wrap := &holdWrap{countingWrap: countingWrap{greeting: 5}}
-	server := listen(t, TransportConfig{Handler: record, Wrap: wrap})
+	const logged = `level=INFO msg="gossip: peer requests that came after their callers had given up`
+	logger, lines := testLogger(t, logged)
+	server := listen(t, TransportConfig{Handler: record, Wrap: wrap, Logger: logger})
 	client := listen(t, TransportConfig{Wrap: wrap})
 	if got := call(t, client, server.Addr(), "before"); got != "before" {
 		t.Fatalf("got %q", got)
@@ -121,6 +123,9 @@ func TestTransportLateRequestIsNotHandled(t *testing.T) {
 	}
 	if d := client.Dialed(); d != 1 {
 		t.Fatalf("dialled %d connections, want 1: a refused late request keeps its connection", d)
+	}
+	if n := lines[logged].Load(); n != 1 {
+		t.Fatalf("%d INFO lines about late requests, want 1", n)
 	}
 }
 

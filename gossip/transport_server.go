@@ -171,9 +171,8 @@ func (t *Transport) serveOne(conn net.Conn, in *inbound) bool {
 	if left := t.callerWaits(req, in); left > 0 {
 		out = t.respond(req.Body, in.remote, left)
 	} else {
-		t.stale.Add(1)
 		err := errLateRequest(-left)
-		t.logger.Debug("gossip: peer request came after its caller gave up", "remote", in.remote, "err", err)
+		t.stale.note("late", in.remote, err)
 		out, _ = t.encodeFrame(response{Err: err.Error()}, "response")
 	}
 	conn.SetWriteDeadline(time.Now().Add(t.cfg.HandlerTimeout))
