@@ -66,6 +66,7 @@ type Cluster struct {
 	cfg    Config
 	key    string // --encrypt
 	events *Events
+	stalls *stallWatch
 	store  *netns.Proc
 	// StoreHost is the fenced store's namespace.
 	StoreHost netns.Host
@@ -90,6 +91,7 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if c.events, err = OpenEvents(filepath.Join(cfg.Dir, "events.jsonl")); err != nil {
 		return nil, err
 	}
+	c.stalls = watchStalls(c.events, cfg.Logger, time.Now)
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -428,6 +430,7 @@ func (c *Cluster) Stop() error {
 			errs = append(errs, c.Resume(n))
 		}
 	}
+	c.stalls.end()
 	if c.events != nil {
 		_, err := c.events.Record(check.EventEnd, nil, "")
 		errs = append(errs, err)

@@ -129,6 +129,8 @@ type Tally struct {
 	// Blips are the followers that lost a leader whose term went on, as
 	// the checker found them.
 	Blips []check.Blip
+	// Stalls are the runs' host stalls (check.EventStall), "seed N: detail".
+	Stalls []string
 	// Failed counts failed verdicts by check name, and runs with a step
 	// that did not settle under "settle".
 	Failed map[string]int
@@ -160,6 +162,9 @@ func (t *Tally) Add(r *Result) {
 		t.Liveness = append(t.Liveness, r.Report.Liveness...)
 		t.HandOvers = append(t.HandOvers, r.Report.HandOvers...)
 		t.Blips = append(t.Blips, r.Report.Blips...)
+		for _, st := range r.Report.Stalls {
+			t.Stalls = append(t.Stalls, fmt.Sprintf("seed %d: %s", r.Seed, st.Detail))
+		}
 		for _, v := range r.Report.Verdicts {
 			if !v.OK {
 				t.Failed[v.Name]++
@@ -192,6 +197,9 @@ func (t *Tally) String() string {
 	}
 	writeHandOvers(&b, t.HandOvers)
 	writeBlips(&b, t.Blips)
+	if len(t.Stalls) > 0 {
+		fmt.Fprintf(&b, "host stalls (every process stopped; checks near one may fail for it): %s\n", strings.Join(t.Stalls, "; "))
+	}
 	return b.String()
 }
 

@@ -87,6 +87,10 @@ func TestBlipTallySeparatesFaults(t *testing.T) {
 	if s := tally.String(); !strings.Contains(s, want) {
 		t.Fatalf("tally:\n%s\nwant the line %q", s, want)
 	}
+	tally.Add(&Result{Seed: 7, Report: &check.Report{Stalls: []check.Event{{Kind: check.EventStall, Detail: "the harness ran nothing for 9.2s"}}}})
+	if s := tally.String(); !strings.Contains(s, "host stalls (every process stopped; checks near one may fail for it): seed 7: the harness ran nothing for 9.2s\n") {
+		t.Fatalf("tally does not list the stall:\n%s", s)
+	}
 	var none Tally
 	none.Add(&Result{Report: &check.Report{}})
 	if s := none.String(); !strings.Contains(s, ": 0 with no fault on, 0 under a fault\n") {

@@ -103,6 +103,7 @@ func check(run *Run, opt Options) (*Report, linearization) {
 		Liveness:  waits,
 		HandOvers: hand,
 		Blips:     Blips(run.Views, run.Events),
+		Stalls:    eventsOf(run.Events, EventStall),
 		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused
@@ -128,7 +129,7 @@ func addVisualization(rep *Report, lin linearization, path string) {
 // countNames are the counts every report carries, 0 or not.
 var countNames = []string{"terms", "writes-ok", "writes-stale", "writes-unknown", "writes-unrecorded",
 	"reads", "reads-unknown", "kills", "pauses", "pause-hosts", "partitions", "heals", "starts", "wipes",
-	"stops", "operator-commands", "excused-writes", "grace-writes", "disk-fulls"}
+	"stops", "operator-commands", "excused-writes", "grace-writes", "disk-fulls", "stalls"}
 
 // runCounts measures the run's terms, operations and faults.
 func runCounts(run *Run) map[string]int {
@@ -167,8 +168,11 @@ func countFaults(c map[string]int, events []Event) {
 		for _, name := range perNode[e.Kind] {
 			c[name] += len(e.Nodes)
 		}
-		if e.Kind == EventPartition {
+		switch e.Kind {
+		case EventPartition:
 			c["partitions"]++
+		case EventStall:
+			c["stalls"]++
 		}
 	}
 }

@@ -78,11 +78,16 @@ const (
 	// EventRefused says the agent refused the operator's command of the
 	// same node and Detail recorded before it (it exited non-zero).
 	EventRefused = "refused"
+	// EventStall says the harness itself ran nothing for a while, Detail
+	// how long, ending at T: the host stalled every process (or the
+	// harness alone). Not a fault the schedule injected: reported, not
+	// excused.
+	EventStall = "stall"
 )
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
 	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused,
-	EventDiskFull, EventDiskFreed}
+	EventDiskFull, EventDiskFreed, EventStall}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {

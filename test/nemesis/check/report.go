@@ -81,6 +81,9 @@ type Report struct {
 	// followed went on (measured only; none with no fault on is what the
 	// election aims at).
 	Blips []Blip
+	// Stalls are the times the harness ran nothing for a while
+	// (EventStall): the host stalled. Checks that fail near one name it.
+	Stalls []Event
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
 	// "writes-unrecorded" (values read that no recorded write carries),
@@ -88,7 +91,8 @@ type Report struct {
 	// pause-host), "pause-hosts", "starts", "wipes", "stops" (graceful,
 	// each per node), "operator-commands", "partitions", "heals" (before
 	// the end), "excused-writes" (I3, after
-	// a resume-host) and "grace-writes" (I3, within Options.StopGrace).
+	// a resume-host), "grace-writes" (I3, within Options.StopGrace) and
+	// "stalls" (EventStall).
 	Counts map[string]int
 }
 
@@ -138,6 +142,9 @@ func (r *Report) String() string {
 	for _, bl := range r.Blips {
 		fmt.Fprintf(&b, "blip: %s\n", bl)
 	}
+	for _, st := range r.Stalls {
+		fmt.Fprintf(&b, "host stall: %s, until %s\n", st.Detail, stamp(st.T))
+	}
 	fmt.Fprintf(&b, "counts: %s\n", counts(r.Counts))
 	return b.String()
 }
@@ -173,19 +180,20 @@ type reportJSON struct {
 	LivenessNS []int64        `json:"liveness_ns"`
 	HandOvers  []HandOver     `json:"hand_overs,omitempty"`
 	Blips      []Blip         `json:"blips,omitempty"`
+	Stalls     []Event        `json:"stalls,omitempty"`
 	Counts     map[string]int `json:"counts"`
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds), "hand_overs" and "blips" (if any) and
-// "counts". It has a value receiver so
+// "liveness_ns" (nanoseconds), "hand_overs", "blips" and "stalls" (if
+// any) and "counts". It has a value receiver so
 // that a Report encodes the same way with or without a pointer.
 func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
 	}
-	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Blips: r.Blips, Counts: r.Counts})
+	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Blips: r.Blips, Stalls: r.Stalls, Counts: r.Counts})
 }
 
 // WriteJSON writes the report, indented, to path (report.json in the run

@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -23,6 +24,7 @@ func CheckChildren(ops []Op, iv []Interval, events []Event, opt Options) (Verdic
 	v := verdict{name: NameChildren}
 	idx := indexTerms(iv)
 	resumes := eventTimes(events, EventResumeHost)
+	stalls := eventsOf(events, EventStall)
 	var c ChildCounts
 	n := 0
 	for _, o := range ops {
@@ -38,11 +40,35 @@ func CheckChildren(ops []Op, iv []Interval, events []Event, opt Options) (Verdic
 		case ok && o.Invoke < in.Until && time.Duration(o.Invoke-in.End) <= opt.StopGrace:
 			c.Graced++
 		default:
-			v.failf("%s", outsideTerm(o, in, ok, len(idx[term{o.Node, o.Epoch}]) > 0))
+			v.failf("%s%s", outsideTerm(o, in, ok, len(idx[term{o.Node, o.Epoch}]) > 0),
+				afterStall(stalls, o.Invoke, opt.resumeGrace()))
 		}
 	}
 	return v.done(fmt.Sprintf("%d writes, each inside its node's term (%d excused after resume-host, %d in the stop grace)",
 		n, c.Excused, c.Graced)), c
+}
+
+// afterStall names the host stall that ended within grace before t, if
+// any: every process stopped, and a command that ran first after it acted
+// on a lease that had run out meanwhile.
+func afterStall(stalls []Event, t int64, grace time.Duration) string {
+	for _, st := range slices.Backward(stalls) {
+		if st.T <= t && t-st.T <= int64(grace) {
+			return fmt.Sprintf("; %v after a host stall (%s)", time.Duration(t-st.T).Round(time.Millisecond), st.Detail)
+		}
+	}
+	return ""
+}
+
+// eventsOf returns the events of kind, in their order.
+func eventsOf(events []Event, kind string) []Event {
+	var out []Event
+	for _, e := range events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // outsideTerm describes a write invoked outside its term; in is the term's

@@ -113,3 +113,25 @@ func TestMonotoneFlagsStaleWriteAccepted(t *testing.T) {
 	})
 	wantFail(t, v, 2, `h1's write "old" with epoch 1`, `h2's write "new" with epoch 2`)
 }
+
+// A write after its lease that follows a host stall still fails I3, and
+// its violation names the stall, so the report explains itself.
+func TestChildrenNameAHostStall(t *testing.T) {
+	stall := Event{T: ms(1290), Kind: EventStall, Detail: "the harness ran nothing for 9.2s"}
+	v, _ := checkChildren([]Op{write("h2", 2, "after-stall", 1300, 1301, ResultOK)}, []Event{stall}, Options{})
+	wantFail(t, v, 1, "after-stall", "10ms after a host stall (the harness ran nothing for 9.2s)")
+
+	v, _ = checkChildren([]Op{write("h2", 2, "long-after", 2300, 2301, ResultOK)}, []Event{stall}, Options{})
+	wantFail(t, v, 1, "long-after")
+	if strings.Contains(v.Details[0], "stall") {
+		t.Fatalf("a stall 1.01 s before is named: %q", v.Details[0])
+	}
+
+	rep, err := Check(newRun(childJournal, nil, []Event{stall}), Options{TTL: time.Second, ElectionBound: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts["stalls"] != 1 || !strings.Contains(rep.String(), "host stall: the harness ran nothing for 9.2s, until") {
+		t.Fatalf("report does not show the stall:\n%s", rep)
+	}
+}
