@@ -1185,3 +1185,53 @@ func TestLateElectionKeepsTheLeader(t *testing.T) {
 		t.Fatalf("after the heal, not both of n4 and n5 followed n3: %v\n%s", follows, s.dump())
 	}
 }
+
+// TestAnnouncementAfterAHealKeepsTheLeader: a cut keeps two of the
+// leader's announcements from a follower, and the first after the heal
+// comes a little later than the last it heard had (over a new connection,
+// its handshake first). Three announce intervals after the last it heard,
+// the follower asks the leader before it forgets it, and the answer (or
+// that announcement) keeps the leader. Before, it forgot the leader for
+// "no COORDINATOR from it for three announce intervals" after the heal,
+// and said "no leader" until the announcement came (the harness measured
+// 17 ms and 324 ms).
+func TestAnnouncementAfterAHealKeepsTheLeader(t *testing.T) {
+	e := LocalElection()
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	s.waitLeader(10*time.Second, "n5")
+	s.run(3 * time.Second)
+	term := s.nodes["n5"].c.m.Status().Term
+	var sent time.Time // the last announcement n1 heard before the cut
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == "n5" && f.to == "n1" && sent.IsZero() {
+			sent = s.now
+		}
+		return 0
+	}
+	for end := s.now.Add(2 * e.AnnounceInterval); sent.IsZero() && s.now.Before(end); s.tick() {
+	}
+	if sent.IsZero() {
+		t.Fatal("n5 announced nothing to n1")
+	}
+	s.slowIf = nil
+	s.run(sent.Add(e.AnnounceInterval / 2).Sub(s.now))
+	s.cutPeers("n1", "n5", false)
+	s.run(sent.Add(5 * e.AnnounceInterval / 2).Sub(s.now))
+	s.heal()
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == "n5" && f.to == "n1" && !f.reply {
+			return 150 * time.Millisecond // a new connection's handshake
+		}
+		return 0
+	}
+	for end := sent.Add(5 * e.AnnounceInterval); s.now.Before(end); s.tick() {
+		if st := s.nodes["n1"].c.m.Status(); st.Leader.Name != "n5" || st.Term != term {
+			t.Fatalf("n1 lost n5's term %d at %v after the last announcement it heard, the cut healed: leader %q term %d (lost %s)\n%s",
+				term, s.now.Sub(sent), st.Leader.Name, st.Term, st.Lost, s.dump())
+		}
+	}
+	if st := s.nodes["n5"].c.m.Status(); st.State != bully.StateLeader || st.Term != term {
+		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
+	}
+}

@@ -67,6 +67,7 @@ type Machine struct {
 	passed   *Message
 	announce time.Time // a leader's next COORDINATOR broadcast
 	heard    time.Time // when the followed leader last announced itself
+	queried  time.Time // when this follower last asked its silent leader (checkLeaderHeard)
 	lost     string    // which leader this node last forgot, and why (Status.Lost)
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
@@ -369,10 +370,18 @@ func (m *Machine) Tick(now time.Time) {
 }
 
 // checkLeaderHeard forgets a followed leader that has not announced itself
-// for three announce intervals: gossip may still list it, but it no longer
-// leads (its RESIGN was lost), and waiting on it would stall elections.
-// While the voters are known to promise its term (LeaseEnds), the end of
-// that promise decides instead.
+// for three announce intervals and does not answer when asked: gossip may
+// still list it, but it no longer leads (its RESIGN was lost), and waiting
+// on it would stall elections. While the voters are known to promise its
+// term (LeaseEnds), the end of that promise decides instead.
+//
+// The follower asks first (an INFO naming the leader's own term, which a
+// leader still leading it answers with its COORDINATOR) and forgets it
+// only if no COORDINATOR came within an election wait. A cut that kept
+// two announcements from the follower ended, and the first one after it
+// came a little later than the last one heard had (over a new connection,
+// its handshake first): forgotten at once, the leader was named "no
+// leader" until that announcement arrived, though its term went on.
 func (m *Machine) checkLeaderHeard(now time.Time) {
 	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
 		return
@@ -384,8 +393,13 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 		// live to gossip, would be asked and waited for.
 		return
 	}
-	if now.Sub(m.heard) >= 3*m.cfg.AnnounceInterval {
-		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals")
+	switch {
+	case now.Sub(m.heard) < 3*m.cfg.AnnounceInterval:
+	case m.queried.Before(m.heard):
+		m.queried = now
+		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
+	case now.Sub(m.queried) >= m.electionWait():
+		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals, nor when asked")
 	}
 }
 
@@ -408,6 +422,12 @@ func (m *Machine) Step(now time.Time, msg Message) *Message {
 	case MsgResign:
 		m.onResign(now, msg)
 	case MsgInfo:
+		if m.state == StateLeader && m.isSelf(msg.Leader) && msg.Term == m.term {
+			// A follower that has not heard this term announced for a
+			// while asks whether it goes on (checkLeaderHeard).
+			reply := m.stamp(m.coordinator(msg.From))
+			return &reply
+		}
 		m.conflict(now, msg.Leader, msg.Term, false)
 	}
 	return nil

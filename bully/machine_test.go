@@ -801,7 +801,85 @@ func TestStatusSaysWhyTheLeaderWasLost(t *testing.T) {
 
 	m, cfg, now = following()
 	m.Tick(now.Add(3 * cfg.AnnounceInterval))
-	lost(m, "n9: no COORDINATOR from it for three announce intervals")
+	m.Tick(now.Add(3*cfg.AnnounceInterval + m.electionWait()))
+	lost(m, "n9: no COORDINATOR from it for three announce intervals, nor when asked")
+}
+
+// TestSilentLeaderIsAskedBeforeItIsForgotten: three announce intervals
+// after its leader's last COORDINATOR, a follower asks the leader (an
+// INFO naming the leader's term) and keeps it; a COORDINATOR in answer
+// keeps it for another three intervals; no answer within an election
+// wait, and it forgets the leader.
+func TestSilentLeaderIsAskedBeforeItIsForgotten(t *testing.T) {
+	n9 := Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	m, cfg, now := newMachine(t, 2, "n2")
+	m.SetMembers(now, []Member{cfg.Self, n9})
+	m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3, Epoch: 3})
+	m.Ready()
+	follows := func(at time.Time) {
+		t.Helper()
+		if st := m.Status(); st.Leader != n9.Node || st.Term != 3 {
+			t.Fatalf("at +%v: %+v, want n9 in term 3", at.Sub(now), st)
+		}
+	}
+	asked := func(at time.Time) {
+		t.Helper()
+		msgs := m.Ready().Messages
+		if len(msgs) != 1 || msgs[0].Type != MsgInfo || msgs[0].To != n9.Node || msgs[0].Leader != n9.Node || msgs[0].Term != 3 {
+			t.Fatalf("at +%v: sent %v, want one INFO to n9 naming its term 3", at.Sub(now), msgs)
+		}
+	}
+	silent := now.Add(3 * cfg.AnnounceInterval)
+	m.Tick(silent.Add(-time.Millisecond))
+	if msgs := m.Ready().Messages; len(msgs) != 0 {
+		t.Fatalf("before three intervals: sent %v", msgs)
+	}
+	m.Tick(silent)
+	follows(silent)
+	asked(silent)
+	m.Tick(silent.Add(m.electionWait() / 2))
+	follows(silent.Add(m.electionWait() / 2))
+	if msgs := m.Ready().Messages; len(msgs) != 0 {
+		t.Fatalf("asked again while waiting: %v", msgs)
+	}
+	answered := silent.Add(m.electionWait() / 2)
+	m.Step(answered, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3, Epoch: 3})
+	m.Tick(answered.Add(3*cfg.AnnounceInterval - time.Millisecond))
+	follows(answered.Add(3*cfg.AnnounceInterval - time.Millisecond))
+
+	again := answered.Add(3 * cfg.AnnounceInterval)
+	m.Tick(again)
+	asked(again)
+	m.Tick(again.Add(m.electionWait() - time.Millisecond))
+	follows(again.Add(m.electionWait() - time.Millisecond))
+	m.Tick(again.Add(m.electionWait()))
+	if st := m.Status(); !st.Leader.IsZero() || st.Lost != "n9: no COORDINATOR from it for three announce intervals, nor when asked" {
+		t.Fatalf("no answer: %+v, want the leader forgotten", st)
+	}
+}
+
+// TestLeaderAnswersAFollowersQuestion: a leader asked by an INFO naming
+// its own term answers with its COORDINATOR; an INFO naming an earlier
+// term of its own (it resigned that one) or another leader gets none.
+func TestLeaderAnswersAFollowersQuestion(t *testing.T) {
+	m, cfg, now := newMachine(t, 9, "n9")
+	n2 := Member{Node: Node{ID: 2, Name: "n2"}, Eligible: true}
+	m.SetMembers(now, []Member{cfg.Self, n2})
+	m.Tick(now.Add(cfg.StartupDelay + cfg.Jitter))
+	st := m.Status()
+	if st.State != StateAcquiring {
+		t.Fatalf("n9 alone: %+v, want it acquiring", st)
+	}
+	m.Acquired(now, st.Epoch)
+	term := m.Status().Term
+	m.Ready()
+	reply := m.Step(now, Message{Type: MsgInfo, From: n2.Node, To: cfg.Self.Node, Leader: cfg.Self.Node, Term: term, Epoch: term})
+	if reply == nil || reply.Type != MsgCoordinator || reply.To != n2.Node || reply.Leader != cfg.Self.Node || reply.Term != term || reply.From != cfg.Self.Node {
+		t.Fatalf("asked about its term %d: answered %v, want its COORDINATOR", term, reply)
+	}
+	if reply := m.Step(now, Message{Type: MsgInfo, From: n2.Node, To: cfg.Self.Node, Leader: cfg.Self.Node, Term: term - 1, Epoch: term}); reply != nil {
+		t.Fatalf("asked about an earlier term: answered %v", reply)
+	}
 }
 
 // TestLateElectionFromTheLeaderIsIgnored: an ELECTION from the followed

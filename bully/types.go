@@ -55,7 +55,10 @@ const (
 	// MsgInfo tells a leader of a later term than the one it offered: the
 	// sender last followed Leader in Term. A leader that learns of another
 	// leader's term at least as high as its own yields to it or starts a new
-	// term above it, so every node sees terms only grow.
+	// term above it, so every node sees terms only grow. Naming the
+	// receiver's own term, it is a follower's question whether that term
+	// goes on (it has not heard it announced for a while): a leader still
+	// leading it answers with its COORDINATOR.
 	MsgInfo
 )
 

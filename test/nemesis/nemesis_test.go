@@ -43,8 +43,9 @@ func ttlScaled(plan []Step) []Step {
 
 // DefaultElectionBound is the part of the liveness budget after the TTL
 // (docs/RELIABILITY.md says how it was chosen): with --timing local, a
-// restarted agent's startup delay (1 s), three announce intervals to
-// forget a frozen leader (3 s), and one refused round's retry.
+// restarted agent's startup delay (1 s), three announce intervals and
+// an unanswered question to forget a frozen leader (3.2 s), and one
+// refused round's retry.
 const DefaultElectionBound = 5 * time.Second
 
 // netOptions keeps the harness's namespaces apart from cmd/tenure's
