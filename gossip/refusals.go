@@ -92,10 +92,17 @@ func (r *refusalLog) flushLocked() {
 	clear(r.counts)
 }
 
-// stop ends logging; later refusals are only counted.
+// stop logs the refusals of the interval not yet logged, if any, and ends
+// logging; later refusals are only counted.
 func (r *refusalLog) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	if len(r.counts) > 0 {
+		r.flushLocked()
+	}
 	r.stopped = true
 	if r.timer != nil {
 		r.timer.Stop()

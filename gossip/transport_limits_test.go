@@ -158,4 +158,16 @@ func TestRefusalLogOncePerInterval(t *testing.T) {
 	if n := counts["refused"].Load(); n != 3 || r.Total() != 7 {
 		t.Fatalf("after a quiet interval: %d lines, total %d; want 3 lines, total 7", n, r.Total())
 	}
+	// Refusals of an open interval are logged when logging stops (the
+	// transport closes), not lost.
+	r.note("too_slow", "10.0.0.1:1", nil)
+	r.stop()
+	if n := counts["refused"].Load(); n != 4 {
+		t.Fatalf("%d lines after stop, want 4: the interval's last refusal", n)
+	}
+	r.stop()
+	r.note("evicted", "10.0.0.1:1", nil)
+	if n := counts["refused"].Load(); n != 4 || r.Total() != 9 {
+		t.Fatalf("after stop: %d lines, total %d; want 4 lines, total 9", n, r.Total())
+	}
 }

@@ -30,6 +30,7 @@ type reportJSON struct {
 	Crashed       []string      `json:"crashed,omitempty"`
 	StopErr       string        `json:"stop_error,omitempty"`
 	ElapsedMS     int64         `json:"elapsed_ms"`
+	LateRequests  int           `json:"late_requests"`
 	Check         *check.Report `json:"check"`
 }
 
@@ -47,7 +48,7 @@ type stepJSON struct {
 func (r *Result) write(o RunOptions) error {
 	rep := reportJSON{OK: r.OK(), Unsettled: r.Unsettled(), Seed: r.Seed, TTLMS: o.Cluster.TTL.Milliseconds(), Timing: cmp.Or(o.Cluster.Timing, "local"),
 		ElectionBound: o.ElectionBound.Milliseconds(), BootMS: r.Boot.Milliseconds(), BootUnstable: r.BootUnstable,
-		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), Check: r.Report}
+		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), LateRequests: r.LateRequests, Check: r.Report}
 	for _, s := range r.Steps {
 		rep.Steps = append(rep.Steps, stepJSON{Kind: s.Step.Kind, HoldMS: s.Step.Hold.Milliseconds(), Loss: s.Step.Loss,
 			What: s.What, StableMS: s.Stable.Milliseconds(), Unstable: s.Unstable, Refused: s.Refused})
@@ -92,6 +93,7 @@ func (r *Result) Summary(o RunOptions) string {
 	for i := len(r.Steps); i < len(r.Plan); i++ {
 		fmt.Fprintf(&b, "step %2d: %s: not run\n", i+1, r.Plan[i])
 	}
+	fmt.Fprintf(&b, "late peer requests refused by the agents: %d\n", r.LateRequests)
 	for _, c := range r.Crashed {
 		fmt.Fprintf(&b, "CRASHED: %s\n", c)
 	}
@@ -131,6 +133,8 @@ type Tally struct {
 	Blips []check.Blip
 	// Stalls are the runs' host stalls (check.EventStall), "seed N: detail".
 	Stalls []string
+	// LateRequests sums the runs' Result.LateRequests.
+	LateRequests int
 	// Failed counts failed verdicts by check name, and runs with a step
 	// that did not settle under "settle".
 	Failed map[string]int
@@ -142,6 +146,7 @@ func (t *Tally) Add(r *Result) {
 		t.Faults, t.Unstable, t.Refused, t.Agree, t.Failed = map[string]int{}, map[string]int{}, map[string]int{}, map[string]time.Duration{}, map[string]int{}
 	}
 	t.Runs++
+	t.LateRequests += r.LateRequests
 	if !r.OK() {
 		t.FailedSeeds = append(t.FailedSeeds, r.Seed)
 	}
@@ -197,6 +202,7 @@ func (t *Tally) String() string {
 	}
 	writeHandOvers(&b, t.HandOvers)
 	writeBlips(&b, t.Blips)
+	fmt.Fprintf(&b, "peer requests the agents refused as late (after their callers gave up): %d\n", t.LateRequests)
 	if len(t.Stalls) > 0 {
 		fmt.Fprintf(&b, "host stalls (every process stopped; checks near one may fail for it): %s\n", strings.Join(t.Stalls, "; "))
 	}

@@ -49,6 +49,10 @@ type Result struct {
 	// Report is the checker's verdict; nil if the run did not get so far.
 	Report  *check.Report
 	Elapsed time.Duration
+	// LateRequests counts the peer requests the agents refused because
+	// they came after their callers had given up (from their logs; a
+	// lower bound, measured only).
+	LateRequests int
 }
 
 // OK reports whether every check passed, no process failed, and the
@@ -95,6 +99,9 @@ func Run(o RunOptions) (*Result, error) {
 	res.Elapsed = time.Since(begin)
 	if err == nil {
 		res.Report, err = check.Dir(o.Cluster.Dir, o.Options())
+	}
+	if err == nil {
+		res.LateRequests, err = countLateRequests(o.Cluster.Dir)
 	}
 	if werr := res.write(o); err == nil {
 		err = werr
