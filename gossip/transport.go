@@ -311,12 +311,12 @@ func (t *Transport) isClosed() bool {
 type request struct {
 	Body []byte `msgpack:"b"`
 	// Until is when the caller gives up, in milliseconds since its TCP
-	// connect returned, by its clock. The serving side counts from its
-	// accept, which comes half a round trip or more later, so it never
-	// thinks the caller gave up before it did: a request that arrives
-	// after Until is not handled (lateBy), and a handler's context ends
-	// at Until. Zero (from an older release) means no bound but
-	// HandlerTimeout.
+	// connect began, by its clock. The serving side counts from its
+	// accept, which comes after the connect ends, so it never thinks the
+	// caller gave up before it did (it may think so later, by the
+	// connect's duration): a request that arrives after Until is not
+	// handled (lateBy), and a handler's context ends at Until. Zero (from
+	// an older release) means no bound but HandlerTimeout.
 	Until uint64 `msgpack:"u,omitempty"`
 }
 

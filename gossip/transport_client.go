@@ -180,7 +180,7 @@ type clientConn struct {
 	t      *Transport
 	addr   string
 	conn   net.Conn
-	born   time.Time     // when its TCP connect returned; requests' deadlines count from it
+	born   time.Time     // when its TCP connect began; requests' deadlines count from it
 	frames chan []byte   // the response to the call in flight; capacity 1
 	dead   chan struct{} // closed when the reader exits
 	err    error         // why the reader exited; read only after dead is closed
@@ -201,11 +201,16 @@ const (
 func (t *Transport) dial(connectCtx, ctx context.Context, addr string) (*clientConn, error) {
 	var d net.Dialer
 	t.dialed.Add(1)
+	// Taken before the connect: the serving side accepts after it ends,
+	// so it never places a request's deadline earlier than this side's
+	// (later by the connect's duration, usually a round trip). Taken
+	// after, a caller descheduled between the connect and this line
+	// would have its deadlines placed early by that much.
+	born := time.Now()
 	raw, err := d.DialContext(connectCtx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
-	born := time.Now()
 	conn, err := t.wrapClient(ctx, raw, addr)
 	if err != nil {
 		raw.Close()

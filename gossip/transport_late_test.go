@@ -145,8 +145,8 @@ func TestTransportHandlerContextEndsWithTheCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The server's view of the caller's deadline is never earlier than the
-	// caller's, and later only by the connect's half round trip and a
-	// thousandth of the connection's age (for clocks that run apart).
+	// caller's, and later only by the connect's duration and a thousandth
+	// of the connection's age (for clocks that run apart).
 	if left := <-deadlines; left > 400*time.Millisecond || left <= 0 {
 		t.Fatalf("handler had %v left, want at most the caller's 300 ms", left)
 	}
