@@ -106,6 +106,7 @@ func TestProtocolWatchEventsTellTheTruth(t *testing.T) {
 	}
 
 	late := watchT(t, c.agents["n3"].SocketPath())
+	follower := watchT(t, c.agents["n1"].SocketPath())
 	first := next(t, late)
 	if first.Event != rpc.EventLeaderChanged || first.Time != became.Time || first.Epoch != epoch {
 		t.Fatalf("a later watch's first event = %+v, want leader-changed at %s (epoch %d), when it happened",
@@ -129,6 +130,18 @@ func TestProtocolWatchEventsTellTheTruth(t *testing.T) {
 	if lost.Node != "n3" || lost.Epoch != epoch || (lost.Leader != nil && lost.Leader.Node == "n3") {
 		t.Fatalf("lost-leadership = %+v (leader %+v); want node n3, epoch %d, and a leader after it that is not n3",
 			lost, lost.Leader, epoch)
+	}
+	// A follower's no-leader event says which leader it forgot and why;
+	// its watch's first event does not.
+	ev := next(t, follower)
+	if ev.Event != rpc.EventLeaderChanged || ev.Forgot != "" {
+		t.Fatalf("n1's first event = %+v, want leader-changed without forgot", ev)
+	}
+	for ev.Event != rpc.EventNoLeader {
+		ev = next(t, follower)
+	}
+	if ev.Forgot != "n3: it resigned" || ev.Node != "n1" {
+		t.Fatalf("n1's no-leader event = %+v, want forgot %q", ev, "n3: it resigned")
 	}
 }
 

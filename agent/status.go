@@ -101,7 +101,7 @@ func (a *Agent) publishStatus(now time.Time) {
 	}
 	if st.Leader.IsZero() {
 		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason, "forgot", st.Lost)
-		a.emit(at, rpc.EventNoLeader, nil, 0)
+		a.publish(rpc.Event{Time: formatTime(at), Event: rpc.EventNoLeader, Node: a.cfg.Name, Forgot: st.Lost})
 		return
 	}
 	a.log.Info("leader changed", "leader", st.Leader.Name, "epoch", st.Term)

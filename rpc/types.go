@@ -184,6 +184,10 @@ type Event struct {
 	// Task and Token name the task and its fencing token for task events.
 	Task  string `msgpack:"task,omitempty" json:"task,omitempty"`
 	Token uint64 `msgpack:"token,omitempty" json:"token,omitempty"`
+	// Forgot, on a no-leader event, names the leader this node knew
+	// before and why it stopped following it ("h4: it resigned"); empty
+	// when it knew none, and on other events.
+	Forgot string `msgpack:"forgot,omitempty" json:"forgot,omitempty"`
 }
 
 // Backend answers the server's requests; the agent implements it.

@@ -319,6 +319,9 @@ func eventLine(ev rpc.Event) string {
 	if ev.Epoch != 0 && (ev.Leader == nil || ev.Leader.Epoch != ev.Epoch) {
 		s += fmt.Sprintf(" term=%d", ev.Epoch) // the term that ended
 	}
+	if ev.Forgot != "" {
+		s += fmt.Sprintf(" forgot=%q", ev.Forgot)
+	}
 	return s
 }
 

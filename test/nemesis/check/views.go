@@ -18,6 +18,7 @@ type View struct {
 	Event  string // leader-changed, became-leader, lost-leadership or no-leader
 	Leader string // the leader known after the event, "" when none
 	Epoch  uint64 // Leader's term, 0 when none
+	Forgot string // on no-leader: the leader forgotten and why, as the agent says
 }
 
 // watchLine is the JSON of one `tenure watch --json` line, as
@@ -29,6 +30,7 @@ type watchLine struct {
 		Node  string `json:"node"`
 		Epoch uint64 `json:"epoch"`
 	} `json:"leader"`
+	Forgot string `json:"forgot"`
 }
 
 // The watch events that say which leader a node knows.
@@ -47,7 +49,7 @@ func ReadViews(path, node string) ([]View, error) {
 			continue
 		}
 		t, _ := time.Parse(time.RFC3339Nano, l.Time) // validWatchLine parsed it
-		v := View{T: t.UnixNano(), Node: node, Event: l.Event}
+		v := View{T: t.UnixNano(), Node: node, Event: l.Event, Forgot: l.Forgot}
 		if l.Leader != nil {
 			v.Leader, v.Epoch = l.Leader.Node, l.Leader.Epoch
 		}
@@ -99,6 +101,10 @@ type Blip struct {
 	// kill, a wipe, a pause or a full disk after the last heal. With none
 	// on, nothing the harness did explains the blip.
 	Faulted bool `json:"faulted,omitempty"`
+	// Why is the agent's reason on its no-leader event (the watch
+	// event's forgot: "h4: it resigned"), empty from an agent that does
+	// not say.
+	Why string `json:"why,omitempty"`
 }
 
 // Blips finds every blip in views (sorted by T). events tells restarts
@@ -110,6 +116,7 @@ func Blips(views []View, events []Event) []Blip {
 		epoch    uint64
 		reported int64 // when the node reported the leader
 		lost     int64 // when it then said "no leader"
+		why      string
 	}
 	cur := map[string]known{}  // each node's leader, from its last report of one
 	lost := map[string]known{} // each node's leader when it said "no leader"
@@ -118,7 +125,7 @@ func Blips(views []View, events []Event) []Blip {
 		switch {
 		case v.Event == "no-leader":
 			if k, ok := cur[v.Node]; ok && k.leader != v.Node {
-				k.lost = v.T
+				k.lost, k.why = v.T, v.Forgot
 				lost[v.Node] = k
 			}
 			delete(cur, v.Node)
@@ -126,7 +133,7 @@ func Blips(views []View, events []Event) []Blip {
 			if l, ok := lost[v.Node]; ok && l.leader == v.Leader && l.epoch == v.Epoch &&
 				!restarted(events, v.Node, l.reported, v.T) {
 				out = append(out, Blip{At: l.lost, Node: v.Node, Leader: v.Leader, Epoch: v.Epoch,
-					Gap: time.Duration(v.T - l.lost), Faulted: faultOn(events, l.lost)})
+					Gap: time.Duration(v.T - l.lost), Faulted: faultOn(events, l.lost), Why: l.why})
 			}
 			delete(lost, v.Node)
 			cur[v.Node] = known{leader: v.Leader, epoch: v.Epoch, reported: v.T}
@@ -181,6 +188,9 @@ func (b Blip) String() string {
 	s := fmt.Sprintf("%s lost %s (epoch %d) for %v", b.Node, b.Leader, b.Epoch, b.Gap.Round(time.Millisecond))
 	if b.Faulted {
 		s += " (under a fault)"
+	}
+	if b.Why != "" {
+		s += fmt.Sprintf(": forgot %q", b.Why)
 	}
 	return s
 }

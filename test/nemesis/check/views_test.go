@@ -22,7 +22,7 @@ func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 		view("h2", "leader-changed", "h5", 3, 0),
 		view("h3", "leader-changed", "h5", 3, 0),
 		view("h5", "became-leader", "h5", 3, 0),
-		view("h1", "no-leader", "", 0, 1000), // a blip of 800 ms, no fault on
+		{T: ms(1000), Node: "h1", Event: "no-leader", Forgot: "h5: it campaigns"}, // a blip of 800 ms, no fault on
 		view("h1", "leader-changed", "h5", 3, 1800),
 		view("h2", "no-leader", "", 0, 2000), // then a new term: not a blip
 		view("h2", "leader-changed", "h4", 4, 2500),
@@ -36,11 +36,14 @@ func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 	events := []Event{ev(EventStart, 5000, "h3"), ev(EventPartition, 7000), ev(EventHeal, 8000)}
 	got := Blips(views, events)
 	want := []Blip{
-		{At: ms(1000), Node: "h1", Leader: "h5", Epoch: 3, Gap: 800 * time.Millisecond},
+		{At: ms(1000), Node: "h1", Leader: "h5", Epoch: 3, Gap: 800 * time.Millisecond, Why: "h5: it campaigns"},
 		{At: ms(7100), Node: "h1", Leader: "h5", Epoch: 3, Gap: 200 * time.Millisecond, Faulted: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Blips =\n%v\nwant\n%v", got, want)
+	}
+	if s := got[0].String(); s != `h1 lost h5 (epoch 3) for 800ms: forgot "h5: it campaigns"` {
+		t.Fatalf("blip reads %q", s)
 	}
 }
 
@@ -62,7 +65,7 @@ func TestLoadReadsWatchStreams(t *testing.T) {
 	if err != nil || len(run.Views) != 0 {
 		t.Fatalf("without watch files: %v views, %v", run, err)
 	}
-	write("watch-h1.jsonl", `{"time":"2026-12-05T05:00:00.5Z","event":"no-leader","leader":null,"epoch":0,"node":"h1"}
+	write("watch-h1.jsonl", `{"time":"2026-12-05T05:00:00.5Z","event":"no-leader","leader":null,"epoch":0,"node":"h1","forgot":"h4: it resigned"}
 {"time":"2026-12-05T05:00:01.25Z","event":"member-join","leader":{"node":"h5","id":5,"epoch":3},"epoch":0,"node":"h2","member":{"name":"h2"}}
 {"time":"2026-12-05T05:00:01Z","event":"leader-changed","leader":{"node":"h5","id":5,"epoch":3},"epoch":3,"node":"h1"}
 {"time":"2026-12-05T05:00:02Z","event":"no-lea`) // cut short by a kill
@@ -72,7 +75,7 @@ func TestLoadReadsWatchStreams(t *testing.T) {
 	}
 	at := func(s string) int64 { tm, _ := time.Parse(time.RFC3339Nano, s); return tm.UnixNano() }
 	want := []View{
-		{T: at("2026-12-05T05:00:00.5Z"), Node: "h1", Event: "no-leader"},
+		{T: at("2026-12-05T05:00:00.5Z"), Node: "h1", Event: "no-leader", Forgot: "h4: it resigned"},
 		{T: at("2026-12-05T05:00:01Z"), Node: "h1", Event: "leader-changed", Leader: "h5", Epoch: 3},
 	}
 	if !slices.Equal(run.Views, want) {
