@@ -88,9 +88,10 @@ func loadViews(dir string) ([]View, error) {
 }
 
 // Blip is a follower that lost its leader and found the same leader in
-// the same term again: it said "no leader" (status, watch events, its
-// no-leader hooks) while the term it followed went on. Its agent did not
-// restart in between (a restarted agent knows no leader at first).
+// the same term again: it said "no leader" (status, watch events; its
+// leader-changed hooks run again when the leader comes back) while the
+// term it followed went on. Its agent did not restart in between (a
+// restarted agent knows no leader at first).
 type Blip struct {
 	At     int64         `json:"t"`      // the no-leader event, Unix nanoseconds
 	Node   string        `json:"node"`   // the follower
