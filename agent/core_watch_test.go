@@ -177,10 +177,7 @@ func TestOnlyNextInLineWatches(t *testing.T) {
 func TestWatchLeavesRenewingLeaderAlone(t *testing.T) {
 	for i := range 4 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			s := newCsim(t, testlog.Seed(t))
-			s.addNodes(5)
-			l, _ := s.waitLeader(10 * time.Second)
-			term := s.nodes[l].led[len(s.nodes[l].led)-1]
+			s, l, term := leaderOfFive(t)
 			acquires := 0
 			s.dropIf = func(f flight) bool {
 				// The leader's own acquire of its term may still be on its
@@ -205,11 +202,8 @@ func TestWatchLeavesRenewingLeaderAlone(t *testing.T) {
 // promises end, which the renewal moves, so the leader keeps its term and
 // nobody sends an acquire.
 func TestShortFreezeKeepsTheTerm(t *testing.T) {
-	s := newCsim(t, testlog.Seed(t))
-	s.addNodes(5)
-	l, _ := s.waitLeader(10 * time.Second)
+	s, l, term := leaderOfFive(t)
 	n := s.nodes[l]
-	term := n.led[len(n.led)-1]
 	acquires := 0
 	s.dropIf = func(f flight) bool {
 		if r := f.env.Lease; r != nil && r.Kind == leasing.Acquire {
@@ -285,11 +279,8 @@ func TestResignWithLostReleaseSucceededAtPromiseEnd(t *testing.T) {
 func TestFreezeEndingJustBeforeThePromisesKeepsTheTerm(t *testing.T) {
 	for i := range 40 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			s := newCsim(t, testlog.Seed(t))
-			s.addNodes(5)
-			l, _ := s.waitLeader(10 * time.Second)
+			s, l, term := leaderOfFive(t)
 			n := s.nodes[l]
-			term := n.led[len(n.led)-1]
 			s.run(time.Duration(s.rand.Int64N(int64(s.ttl))))
 			for was := n.c.lease.deadline; !n.c.lease.deadline.After(was); s.tick() {
 			}
@@ -315,4 +306,14 @@ func TestFreezeEndingJustBeforeThePromisesKeepsTheTerm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaderOfFive starts five nodes and returns the simulation once one
+// leads, with its leader and term.
+func leaderOfFive(t *testing.T) (*csim, string, uint64) {
+	t.Helper()
+	s := newCsim(t, testlog.Seed(t))
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	return s, l, s.nodes[l].led[len(s.nodes[l].led)-1]
 }
