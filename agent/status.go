@@ -94,21 +94,21 @@ func (a *Agent) publishStatus(now time.Time) {
 	}
 	if wasLeader && !isLeader {
 		a.log.Info("lost leadership", "epoch", was.Term)
-		a.emit(at, rpc.EventLostLeadership, successor(st, self), was.Term)
+		a.emit(at, rpc.Event{Event: rpc.EventLostLeadership, Leader: successor(st, self), Epoch: was.Term})
 	}
 	if !moved {
 		return
 	}
 	if st.Leader.IsZero() {
 		a.log.Info("no leader", "last", was.Leader.Name, "reason", snap.reason, "forgot", st.Lost)
-		a.publish(rpc.Event{Time: formatTime(at), Event: rpc.EventNoLeader, Node: a.cfg.Name, Forgot: st.Lost})
+		a.emit(at, rpc.Event{Event: rpc.EventNoLeader, Forgot: st.Lost})
 		return
 	}
 	a.log.Info("leader changed", "leader", st.Leader.Name, "epoch", st.Term)
 	l := leaderInfo(st.Leader, st.Term)
-	a.emit(at, rpc.EventLeaderChanged, l, st.Term)
+	a.emit(at, rpc.Event{Event: rpc.EventLeaderChanged, Leader: l, Epoch: st.Term})
 	if isLeader && !wasLeader {
-		a.emit(at, rpc.EventBecameLeader, l, st.Term)
+		a.emit(at, rpc.Event{Event: rpc.EventBecameLeader, Leader: l, Epoch: st.Term})
 	}
 }
 
@@ -131,16 +131,11 @@ func successor(st bully.Status, self bully.Node) *rpc.LeaderInfo {
 	return leaderInfo(st.Leader, st.Term)
 }
 
-// emit publishes a leadership event of this node, at at: leader is the
-// leader after the event, epoch the term it is about.
-func (a *Agent) emit(at time.Time, event string, leader *rpc.LeaderInfo, epoch uint64) {
-	a.publish(rpc.Event{
-		Time:   formatTime(at),
-		Event:  event,
-		Leader: leader,
-		Epoch:  epoch,
-		Node:   a.cfg.Name,
-	})
+// emit publishes ev, a leadership event of this node, at at: it fills in
+// the event's time and this node as its node.
+func (a *Agent) emit(at time.Time, ev rpc.Event) {
+	ev.Time, ev.Node = formatTime(at), a.cfg.Name
+	a.publish(ev)
 }
 
 // formatTime formats an event's time: RFC 3339 with nanoseconds, UTC.
