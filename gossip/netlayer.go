@@ -87,7 +87,7 @@ func newNetLayer(ctx context.Context, c netLayerConfig) (*netLayer, int, error) 
 		logger:         c.logger,
 		packets:        make(chan *memberlist.Packet),
 		heard:          make(chan string, heardBuffer),
-		packetsRefused: newRefusalLog(c.logger, "gossip: dropped gossip packets that no member sends (oversized or decompressing too far)"),
+		packetsRefused: newRefusalLog(c.logger, slog.LevelWarn, "gossip: dropped gossip packets that no member sends (oversized or decompressing too far)"),
 		stopping:       make(chan struct{}),
 	}
 	t.streams = &streamGate{
@@ -96,7 +96,7 @@ func newNetLayer(ctx context.Context, c netLayerConfig) (*netLayer, int, error) 
 		limits:   limitsFor(c.maxMembers),
 		out:      make(chan net.Conn),
 		stopping: t.stopping,
-		refused:  newRefusalLog(c.logger, "gossip: refused inbound gossip streams (over the limit, too slow, too large or malformed)"),
+		refused:  newRefusalLog(c.logger, slog.LevelWarn, "gossip: refused inbound gossip streams (over the limit, too slow, too large or malformed)"),
 	}
 	t.listeners.Add(2)
 	go t.acceptStreams()

@@ -23,7 +23,7 @@ const maxRefusalDetail = 200
 // methods are safe for concurrent use.
 type refusalLog struct {
 	logger   *slog.Logger
-	level    slog.Level // slog.LevelWarn unless set after newRefusalLog
+	level    slog.Level
 	msg      string
 	interval time.Duration
 	total    atomic.Uint64
@@ -35,8 +35,8 @@ type refusalLog struct {
 	stopped bool
 }
 
-func newRefusalLog(logger *slog.Logger, msg string) *refusalLog {
-	return &refusalLog{logger: logger, level: slog.LevelWarn, msg: msg, interval: RefusalLogInterval, counts: map[string]int{}}
+func newRefusalLog(logger *slog.Logger, level slog.Level, msg string) *refusalLog {
+	return &refusalLog{logger: logger, level: level, msg: msg, interval: RefusalLogInterval, counts: map[string]int{}}
 }
 
 // Total returns how many refusals were noted.

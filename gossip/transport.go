@@ -225,14 +225,14 @@ func ListenTransport(cfg TransportConfig) (*Transport, error) {
 		ln:      ln,
 		ctx:     ctx,
 		cancel:  cancel,
-		refused: newRefusalLog(cfg.Logger, "gossip: closed peer connections that did not prove themselves in time or exceeded the limits"),
-		stale:   newRefusalLog(cfg.Logger, "gossip: peer requests that came after their callers had given up (held by a cut link, or a stalled host) were answered with an error, not handled"),
+		refused: newRefusalLog(cfg.Logger, slog.LevelWarn, "gossip: closed peer connections that did not prove themselves in time or exceeded the limits"),
+		// A heal delivers late requests in bursts; they are no attack.
+		stale:   newRefusalLog(cfg.Logger, slog.LevelInfo, "gossip: peer requests that came after their callers had given up (held by a cut link, or a stalled host) were answered with an error, not handled"),
 		inbound: make(map[*inbound]struct{}),
 		clients: make(map[*clientConn]struct{}),
 		idle:    make(map[string][]*clientConn),
 		dialing: make(map[string]*dialing),
 	}
-	t.stale.level = slog.LevelInfo // a heal delivers them; not an attack
 	t.wg.Add(1)
 	go t.acceptLoop()
 	t.logger.Info("gossip: peer transport listening", "addr", t.Addr(), "wrapped", cfg.Wrap != nil)

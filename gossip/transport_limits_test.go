@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"testing"
@@ -129,7 +130,7 @@ func TestUnprovenConnectionsTimeOut(t *testing.T) {
 // logged at once. The test ends the intervals itself (tick).
 func TestRefusalLogOncePerInterval(t *testing.T) {
 	logger, counts := testLogger(t, "refused", "count=1 ", "count=5 ", "evicted=3", "too_slow=2")
-	r := newRefusalLog(logger, "refused")
+	r := newRefusalLog(logger, slog.LevelWarn, "refused")
 	r.interval = time.Hour // only tick ends an interval
 	defer r.stop()
 	r.note("evicted", "10.0.0.1:1", nil)
