@@ -29,7 +29,7 @@ cluster:
 # in one goroutine, so under -race they run a short form: the detector
 # has nothing to find there and made them about eight times slower), then the
 # short form of the fault-injection harness (which skips unless run as root).
-SIMTESTS = TestRandomQuorumSchedules|TestRandomBootstrapRaces
+SIMTESTS = TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesWithLateRosterSteps
 test:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run='^($(SIMTESTS))$$' ./agent
@@ -52,15 +52,16 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzScreenGossip$$' -fuzztime=$(FUZZTIME) ./gossip
 
 # Many random schedules of the deterministic core (make test runs 400, 100
-# bootstrap races and 20 replays of the old release order), with the count
-# of epochs per term under churn and SCHEDULES/5 runs of three failovers
+# bootstrap races, 200 with late roster steps and 20 replays of the old
+# release order), with the count of epochs per term under churn, and
+# SCHEDULES/5 schedules with late roster steps and runs of three failovers
 # on a loaded network; the results of the last long runs are in docs/RELIABILITY.md. A
 # schedule's seed comes from its index: FROM=20000 starts at index 20000,
 # to run schedules not run before.
 SCHEDULES ?= 5000
 FROM ?= 0
 sim:
-	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesFindEagerRelease|TestEpochsPerTermUnderChurn|TestLoadedNetworkFailsOverInOneTerm)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
+	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesWithLateRosterSteps|TestRandomSchedulesFindEagerRelease|TestEpochsPerTermUnderChurn|TestLoadedNetworkFailsOverInOneTerm)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
 
 # A longer fuzz run: make fuzz FUZZTIME=2000000x (or a duration such as 10m,
 # keeping in mind the go1.26 deadline race above).

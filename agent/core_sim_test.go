@@ -64,6 +64,12 @@ type csim struct {
 	// alter changes a message as it is sent (unrelayed strips releases).
 	alter func(*flight)
 
+	// lateSteps is the share of a leader's roster steps (RosterUpdate
+	// requests) delayed up to three TTLs, so that many arrive after the
+	// term that proposed them ended; late counts what became of them.
+	lateSteps float64
+	late      lateSteps
+
 	// eagerRelease replays the old driver: a term's release leaves as soon
 	// as the core asks, before its tenure run child has stopped.
 	eagerRelease bool
@@ -438,6 +444,9 @@ func (s *csim) send(f flight) {
 		s.alter(&f)
 	}
 	f.at = s.now.Add(s.delay())
+	if s.lateSteps > 0 && f.env.RosterUpdate != nil && !f.reply && s.rand.Float64() < s.lateSteps {
+		f.at = s.now.Add(time.Duration(1 + s.rand.Int64N(int64(3*s.ttl))))
+	}
 	if s.slowIf != nil {
 		f.at = f.at.Add(s.slowIf(f))
 	}
@@ -627,7 +636,9 @@ func (s *csim) deliver(f flight) {
 			return
 		}
 	}
+	noteStep := s.lateStep(f)
 	reply := to.c.receive(now, f.env)
+	noteStep(reply)
 	s.noteGrant(to, f.env, reply)
 	s.collect(f.to)
 	if !f.reply && to.up {
@@ -635,6 +646,36 @@ func (s *csim) deliver(f flight) {
 			reply = &envelope{} // every call is answered, if only to say it arrived
 		}
 		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true, sent: f.sent})
+	}
+}
+
+// lateSteps counts roster steps delivered after the term that proposed
+// them ended (its proposer no longer leads it), those of them the receiver
+// stored, and those stored after a later term had begun.
+type lateSteps struct{ delivered, stored, afterLater int }
+
+// lateStep notes a roster step f brings late, when the schedule delays
+// steps (lateSteps); the func it returns notes whether the receiver
+// stored it.
+func (s *csim) lateStep(f flight) func(reply *envelope) {
+	u, from, to := f.env.RosterUpdate, s.nodes[f.from], s.nodes[f.to]
+	if s.lateSteps == 0 || u == nil || f.reply || (from.up && from.c.leading() && from.c.lease.epoch == u.Term) {
+		return func(*envelope) {}
+	}
+	s.late.delivered++
+	before := to.rosters.r
+	return func(reply *envelope) {
+		if reply == nil || reply.RosterAck == nil || !reply.RosterAck.OK || !u.Roster.Newer(before) {
+			return
+		}
+		s.late.stored++
+		for e := range s.terms {
+			if e > u.Term {
+				s.late.afterLater++
+				s.trace("%s stored %s's step %v of term %d after term %d began", f.to, f.from, u.Roster, u.Term, e)
+				return
+			}
+		}
 	}
 }
 
