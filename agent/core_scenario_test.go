@@ -1269,3 +1269,63 @@ func TestAnnouncementAfterAHealKeepsTheLeader(t *testing.T) {
 		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
 	}
 }
+
+// TestAnswerAfterAHandshakeRetryKeepsTheLeader: with the LAN timing, a
+// one-way cut keeps the leader's announcements from a follower for three
+// announce intervals; the follower asks the leader as the cut heals, and
+// nothing from the leader reaches it for a second after that, as over
+// connections whose first handshake packets the cut lost (TCP retransmits
+// them after a second). Waiting an election timeout (0.5 s) for the
+// answer, the follower forgot its leader a moment before the answer came:
+// "no leader" for 0.2-0.4 s after the heal (a LAN soak, seed 8058: "no
+// COORDINATOR from it for three announce intervals, nor when asked"). It
+// waits the coordinator timeout now (bully: checkLeaderHeard).
+func TestAnswerAfterAHandshakeRetryKeepsTheLeader(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.lan, s.ttl = true, 10*time.Second
+	e := bully.DefaultConfig()
+	s.addNodes(5)
+	s.waitLeader(15*time.Second, "n5")
+	s.run(5 * time.Second)
+	term := s.nodes["n5"].c.m.Status().Term
+	var heard time.Time // the last announcement n1 heard before the cut
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == "n5" && f.to == "n1" && heard.IsZero() {
+			heard = s.now
+		}
+		return 0
+	}
+	for end := s.now.Add(2 * e.AnnounceInterval); heard.IsZero() && s.now.Before(end); s.tick() {
+	}
+	if heard.IsZero() {
+		t.Fatal("n5 announced nothing to n1")
+	}
+	const retry = time.Second // a SYN retransmitted
+	var asked time.Time
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgInfo && f.from == "n1" && f.to == "n5" && asked.IsZero() {
+			asked = s.now
+		}
+		if f.from == "n5" && f.to == "n1" && !asked.IsZero() && s.now.Before(asked.Add(retry)) {
+			return asked.Add(retry).Sub(s.now)
+		}
+		return 0
+	}
+	s.run(e.AnnounceInterval / 2)
+	s.cutPeers("n5", "n1", true)
+	for end := heard.Add(4 * e.AnnounceInterval); asked.IsZero() && s.now.Before(end); s.tick() {
+	}
+	if asked.IsZero() {
+		t.Fatalf("n1 did not ask n5 after three announce intervals without its COORDINATOR\n%s", s.dump())
+	}
+	s.heal()
+	for end := asked.Add(3 * e.AnnounceInterval); s.now.Before(end); s.tick() {
+		if st := s.nodes["n1"].c.m.Status(); st.Leader.Name != "n5" || st.Term != term {
+			t.Fatalf("n1 lost n5's term %d %v after asking it, the cut healed: leader %q term %d (lost %s)\n%s",
+				term, s.now.Sub(asked), st.Leader.Name, st.Term, st.Lost, s.dump())
+		}
+	}
+	if st := s.nodes["n5"].c.m.Status(); st.State != bully.StateLeader || st.Term != term {
+		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
+	}
+}

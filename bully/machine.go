@@ -377,11 +377,19 @@ func (m *Machine) Tick(now time.Time) {
 //
 // The follower asks first (an INFO naming the leader's own term, which a
 // leader still leading it answers with its COORDINATOR) and forgets it
-// only if no COORDINATOR came within an election wait. A cut that kept
+// only if no COORDINATOR came within CoordinatorTimeout. A cut that kept
 // two announcements from the follower ended, and the first one after it
 // came a little later than the last one heard had (over a new connection,
 // its handshake first): forgotten at once, the leader was named "no
-// leader" until that announcement arrived, though its term went on.
+// leader" until that announcement arrived, though its term went on. The
+// wait is the coordinator timeout, not the election wait, for the reason
+// a repeated round waits it (electionWait): the node asked was live a
+// moment ago and most likely still leads, and its answer may need a new
+// connection whose first handshake packet a cut that just healed lost (a
+// TCP retransmission, a second later). Waiting the election timeout, the
+// follower forgot its leader 0.5 s after asking, a moment before the
+// answer came (a LAN soak: "no leader" for 0.2-0.4 s after a one-way cut
+// healed).
 func (m *Machine) checkLeaderHeard(now time.Time) {
 	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
 		return
@@ -398,7 +406,7 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 	case m.queried.Before(m.heard):
 		m.queried = now
 		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
-	case now.Sub(m.queried) >= m.electionWait():
+	case now.Sub(m.queried) >= m.cfg.CoordinatorTimeout:
 		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals, nor when asked")
 	}
 }

@@ -801,15 +801,17 @@ func TestStatusSaysWhyTheLeaderWasLost(t *testing.T) {
 
 	m, cfg, now = following()
 	m.Tick(now.Add(3 * cfg.AnnounceInterval))
-	m.Tick(now.Add(3*cfg.AnnounceInterval + m.electionWait()))
+	m.Tick(now.Add(3*cfg.AnnounceInterval + cfg.CoordinatorTimeout))
 	lost(m, "n9: no COORDINATOR from it for three announce intervals, nor when asked")
 }
 
 // TestSilentLeaderIsAskedBeforeItIsForgotten: three announce intervals
 // after its leader's last COORDINATOR, a follower asks the leader (an
 // INFO naming the leader's term) and keeps it; a COORDINATOR in answer
-// keeps it for another three intervals; no answer within an election
-// wait, and it forgets the leader.
+// keeps it for another three intervals, also one that comes a second
+// later, after a lost handshake packet's retransmission (waiting only an
+// election timeout, the follower had forgotten it by then: a LAN soak);
+// no answer within the coordinator timeout, and it forgets the leader.
 func TestSilentLeaderIsAskedBeforeItIsForgotten(t *testing.T) {
 	n9 := Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
 	m, cfg, now := newMachine(t, 2, "n2")
@@ -837,12 +839,18 @@ func TestSilentLeaderIsAskedBeforeItIsForgotten(t *testing.T) {
 	m.Tick(silent)
 	follows(silent)
 	asked(silent)
-	m.Tick(silent.Add(m.electionWait() / 2))
-	follows(silent.Add(m.electionWait() / 2))
+	answered := silent.Add(time.Second + 10*time.Millisecond) // a SYN retransmitted, then a round trip
+	if answered.Sub(silent) >= cfg.CoordinatorTimeout || answered.Sub(silent) <= m.electionWait() {
+		t.Fatalf("the answer after %v must come after the election wait (%v) and within the coordinator timeout (%v)",
+			answered.Sub(silent), m.electionWait(), cfg.CoordinatorTimeout)
+	}
+	for at := silent; at.Before(answered); at = at.Add(10 * time.Millisecond) {
+		m.Tick(at)
+		follows(at)
+	}
 	if msgs := m.Ready().Messages; len(msgs) != 0 {
 		t.Fatalf("asked again while waiting: %v", msgs)
 	}
-	answered := silent.Add(m.electionWait() / 2)
 	m.Step(answered, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3, Epoch: 3})
 	m.Tick(answered.Add(3*cfg.AnnounceInterval - time.Millisecond))
 	follows(answered.Add(3*cfg.AnnounceInterval - time.Millisecond))
@@ -850,9 +858,9 @@ func TestSilentLeaderIsAskedBeforeItIsForgotten(t *testing.T) {
 	again := answered.Add(3 * cfg.AnnounceInterval)
 	m.Tick(again)
 	asked(again)
-	m.Tick(again.Add(m.electionWait() - time.Millisecond))
-	follows(again.Add(m.electionWait() - time.Millisecond))
-	m.Tick(again.Add(m.electionWait()))
+	m.Tick(again.Add(cfg.CoordinatorTimeout - time.Millisecond))
+	follows(again.Add(cfg.CoordinatorTimeout - time.Millisecond))
+	m.Tick(again.Add(cfg.CoordinatorTimeout))
 	if st := m.Status(); !st.Leader.IsZero() || st.Lost != "n9: no COORDINATOR from it for three announce intervals, nor when asked" {
 		t.Fatalf("no answer: %+v, want the leader forgotten", st)
 	}
