@@ -106,6 +106,12 @@ type Blip struct {
 	// event's forgot: "h4: it resigned"), empty from an agent that does
 	// not say.
 	Why string `json:"why,omitempty"`
+	// AfterHeal is, for a blip with no fault on, how long before it the
+	// last heal came (zero when none did): a follower's timers run on
+	// after a heal, so one that forgets a leader it could not hear during
+	// a cut may do it just after the heal (the agents' silence rule waits
+	// three announce intervals and a question, 11 s with the LAN timing).
+	AfterHeal time.Duration `json:"after_heal_ns,omitempty"`
 }
 
 // Blips finds every blip in views (sorted by T). events tells restarts
@@ -133,8 +139,12 @@ func Blips(views []View, events []Event) []Blip {
 		case v.Leader != "":
 			if l, ok := lost[v.Node]; ok && l.leader == v.Leader && l.epoch == v.Epoch &&
 				!restarted(events, v.Node, l.reported, v.T) {
-				out = append(out, Blip{At: l.lost, Node: v.Node, Leader: v.Leader, Epoch: v.Epoch,
-					Gap: time.Duration(v.T - l.lost), Faulted: faultOn(events, l.lost), Why: l.why})
+				b := Blip{At: l.lost, Node: v.Node, Leader: v.Leader, Epoch: v.Epoch,
+					Gap: time.Duration(v.T - l.lost), Faulted: faultOn(events, l.lost), Why: l.why}
+				if h, ok := lastHeal(events, l.lost); ok && !b.Faulted {
+					b.AfterHeal = time.Duration(l.lost - h)
+				}
+				out = append(out, b)
 			}
 			delete(lost, v.Node)
 			cur[v.Node] = known{leader: v.Leader, epoch: v.Epoch, reported: v.T}
@@ -184,11 +194,29 @@ func faultOn(events []Event, t int64) bool {
 	return on
 }
 
+// lastHeal is the time of the last heal at or before t.
+func lastHeal(events []Event, t int64) (int64, bool) {
+	var at int64
+	found := false
+	for _, e := range events {
+		if e.T > t {
+			break
+		}
+		if e.Kind == EventHeal {
+			at, found = e.T, true
+		}
+	}
+	return at, found
+}
+
 // String describes the blip for the report.
 func (b Blip) String() string {
 	s := fmt.Sprintf("%s lost %s (epoch %d) for %v", b.Node, b.Leader, b.Epoch, b.Gap.Round(time.Millisecond))
-	if b.Faulted {
+	switch {
+	case b.Faulted:
 		s += " (under a fault)"
+	case b.AfterHeal > 0:
+		s += fmt.Sprintf(", %v after a heal", b.AfterHeal.Round(time.Millisecond))
 	}
 	if b.Why != "" {
 		s += fmt.Sprintf(": forgot %q", b.Why)

@@ -14,8 +14,9 @@ func view(node, event, leader string, epoch uint64, at int) View {
 
 // TestBlipsAreFollowersThatLostAContinuingTerm: a follower that says "no
 // leader" and then names the same leader in the same term blipped (under
-// a fault or not); one that then names another term, the leader itself,
-// and a follower whose agent restarted in between did not.
+// a fault or not, and then how long after the last heal); one that then
+// names another term, the leader itself, and a follower whose agent
+// restarted in between did not.
 func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 	views := []View{
 		view("h1", "leader-changed", "h5", 3, 0),
@@ -32,18 +33,28 @@ func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 		view("h3", "leader-changed", "h5", 3, 6000),
 		view("h1", "no-leader", "", 0, 7100), // under a partition
 		view("h1", "leader-changed", "h5", 3, 7300),
+		{T: ms(8450), Node: "h2", Event: "no-leader", Forgot: "h4: no COORDINATOR from it for three announce intervals, nor when asked"},
+		view("h2", "leader-changed", "h4", 4, 8500), // 450 ms after the heal
 	}
 	events := []Event{ev(EventStart, 5000, "h3"), ev(EventPartition, 7000), ev(EventHeal, 8000)}
 	got := Blips(views, events)
 	want := []Blip{
 		{At: ms(1000), Node: "h1", Leader: "h5", Epoch: 3, Gap: 800 * time.Millisecond, Why: "h5: it campaigns"},
 		{At: ms(7100), Node: "h1", Leader: "h5", Epoch: 3, Gap: 200 * time.Millisecond, Faulted: true},
+		{At: ms(8450), Node: "h2", Leader: "h4", Epoch: 4, Gap: 50 * time.Millisecond, AfterHeal: 450 * time.Millisecond,
+			Why: "h4: no COORDINATOR from it for three announce intervals, nor when asked"},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Blips =\n%v\nwant\n%v", got, want)
 	}
-	if s := got[0].String(); s != `h1 lost h5 (epoch 3) for 800ms: forgot "h5: it campaigns"` {
-		t.Fatalf("blip reads %q", s)
+	for i, want := range map[int]string{
+		0: `h1 lost h5 (epoch 3) for 800ms: forgot "h5: it campaigns"`,
+		1: `h1 lost h5 (epoch 3) for 200ms (under a fault)`,
+		2: `h2 lost h4 (epoch 4) for 50ms, 450ms after a heal: forgot "h4: no COORDINATOR from it for three announce intervals, nor when asked"`,
+	} {
+		if s := got[i].String(); s != want {
+			t.Fatalf("blip %d reads %q, want %q", i, s, want)
+		}
 	}
 }
 
