@@ -419,8 +419,6 @@ func TestRandomSchedulesFindEagerRelease(t *testing.T) {
 	t.Logf("%d of %d schedules found the overlap", found, runs)
 }
 
-// runSchedule runs random schedule i; adjust, when given, changes the
-// simulation before its nodes start (a variant of the schedules).
 // TestRandomSchedulesWithLateRosterSteps runs random schedules in which
 // three in ten of a leader's roster steps arrive up to three TTLs late,
 // most after the term that proposed them ended and some after another
@@ -433,7 +431,7 @@ func TestRandomSchedulesFindEagerRelease(t *testing.T) {
 // must hold as in TestRandomQuorumSchedules. The test fails if no step
 // arrived late, so a change that stops the delay cannot pass it silently.
 func TestRandomSchedulesWithLateRosterSteps(t *testing.T) {
-	var total lateSteps
+	var total lateStepCount
 	runs := scheduleRuns(*schedules/5, 200, 20)
 	for _, i := range scheduleIndices(runs) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
@@ -450,6 +448,8 @@ func TestRandomSchedulesWithLateRosterSteps(t *testing.T) {
 		runs, total.delivered, total.stored, total.afterLater)
 }
 
+// runSchedule runs random schedule i; adjust, when given, changes the
+// simulation before its nodes start (a variant of the schedules).
 func runSchedule(t testing.TB, i int, adjust func(*csim)) *csim {
 	seed := testlog.Seed(t)
 	defer func() {
@@ -1236,19 +1236,8 @@ func TestAnnouncementAfterAHealKeepsTheLeader(t *testing.T) {
 	s.waitLeader(10*time.Second, "n5")
 	s.run(3 * time.Second)
 	term := s.nodes["n5"].c.m.Status().Term
-	var sent time.Time // the last announcement n1 heard before the cut
-	s.slowIf = func(f flight) time.Duration {
-		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == "n5" && f.to == "n1" && sent.IsZero() {
-			sent = s.now
-		}
-		return 0
-	}
-	for end := s.now.Add(2 * e.AnnounceInterval); sent.IsZero() && s.now.Before(end); s.tick() {
-	}
-	if sent.IsZero() {
-		t.Fatal("n5 announced nothing to n1")
-	}
-	s.slowIf = nil
+	// The last announcement n1 hears before the cut.
+	sent := s.announced("n5", "n1", 2*e.AnnounceInterval)
 	s.run(sent.Add(e.AnnounceInterval / 2).Sub(s.now))
 	s.cutPeers("n1", "n5", false)
 	s.run(sent.Add(5 * e.AnnounceInterval / 2).Sub(s.now))
@@ -1288,18 +1277,8 @@ func TestAnswerAfterAHandshakeRetryKeepsTheLeader(t *testing.T) {
 	s.waitLeader(15*time.Second, "n5")
 	s.run(5 * time.Second)
 	term := s.nodes["n5"].c.m.Status().Term
-	var heard time.Time // the last announcement n1 heard before the cut
-	s.slowIf = func(f flight) time.Duration {
-		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == "n5" && f.to == "n1" && heard.IsZero() {
-			heard = s.now
-		}
-		return 0
-	}
-	for end := s.now.Add(2 * e.AnnounceInterval); heard.IsZero() && s.now.Before(end); s.tick() {
-	}
-	if heard.IsZero() {
-		t.Fatal("n5 announced nothing to n1")
-	}
+	// The last announcement n1 hears before the cut.
+	heard := s.announced("n5", "n1", 2*e.AnnounceInterval)
 	const retry = time.Second // a SYN retransmitted
 	var asked time.Time
 	s.slowIf = func(f flight) time.Duration {
@@ -1327,5 +1306,65 @@ func TestAnswerAfterAHandshakeRetryKeepsTheLeader(t *testing.T) {
 	}
 	if st := s.nodes["n5"].c.m.Status(); st.State != bully.StateLeader || st.Term != term {
 		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
+	}
+}
+
+// announced ticks until from sends to a COORDINATOR of its own accord (not
+// an answer), within d, and returns when it did.
+func (s *csim) announced(from, to string, d time.Duration) time.Time {
+	var sent time.Time
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgCoordinator && f.from == from && f.to == to && !f.reply && sent.IsZero() {
+			sent = s.now
+		}
+		return 0
+	}
+	for end := s.now.Add(d); sent.IsZero() && s.now.Before(end); s.tick() {
+	}
+	s.slowIf = nil
+	if sent.IsZero() {
+		s.t.Fatalf("%s announced nothing to %s within %v", from, to, d)
+	}
+	return sent
+}
+
+// TestQuestionAfterTheHealKeepsTheLeader: with the LAN timing, a cut of
+// the peer links between a follower and its leader hides three
+// announcements and the follower's first question; the cut heals during
+// the wait for an answer. The follower asks again every election wait,
+// and the question after the heal is answered. Before, it waited out the
+// coordinator timeout of its first question, forgot the leader just
+// after the heal and found it again at its next announcement, a second
+// later.
+func TestQuestionAfterTheHealKeepsTheLeader(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.lan, s.ttl = true, 10*time.Second
+	e := bully.DefaultConfig()
+	s.addNodes(5)
+	s.waitLeader(15*time.Second, "n5")
+	s.run(5 * time.Second)
+	term := s.nodes["n5"].c.m.Status().Term
+	heard := s.announced("n5", "n1", 2*e.AnnounceInterval)
+	var asked time.Time
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgInfo && f.from == "n1" && f.to == "n5" && asked.IsZero() {
+			asked = s.now
+		}
+		return 0
+	}
+	s.run(e.AnnounceInterval / 2)
+	s.cutPeers("n1", "n5", false)
+	for end := heard.Add(4 * e.AnnounceInterval); asked.IsZero() && s.now.Before(end); s.tick() {
+	}
+	if asked.IsZero() {
+		t.Fatalf("n1 did not ask n5 after three announce intervals without its COORDINATOR\n%s", s.dump())
+	}
+	s.run(e.CoordinatorTimeout / 2)
+	s.heal()
+	for end := asked.Add(3 * e.AnnounceInterval); s.now.Before(end); s.tick() {
+		if st := s.nodes["n1"].c.m.Status(); st.Leader.Name != "n5" || st.Term != term {
+			t.Fatalf("n1 lost n5's term %d %v after its first question, %v after the heal: leader %q term %d (lost %s)\n%s",
+				term, s.now.Sub(asked), s.now.Sub(asked.Add(e.CoordinatorTimeout/2)), st.Leader.Name, st.Term, st.Lost, s.dump())
+		}
 	}
 }

@@ -68,7 +68,7 @@ type csim struct {
 	// requests) delayed up to three TTLs, so that many arrive after the
 	// term that proposed them ended; late counts what became of them.
 	lateSteps float64
-	late      lateSteps
+	late      lateStepCount
 
 	// eagerRelease replays the old driver: a term's release leaves as soon
 	// as the core asks, before its tenure run child has stopped.
@@ -649,10 +649,10 @@ func (s *csim) deliver(f flight) {
 	}
 }
 
-// lateSteps counts roster steps delivered after the term that proposed
-// them ended (its proposer no longer leads it), those of them the receiver
-// stored, and those stored after a later term had begun.
-type lateSteps struct{ delivered, stored, afterLater int }
+// lateStepCount counts roster steps delivered after the term that
+// proposed them ended (its proposer no longer leads it), those of them the
+// receiver stored, and those stored after a later term had begun.
+type lateStepCount struct{ delivered, stored, afterLater int }
 
 // lateStep notes a roster step f brings late, when the schedule delays
 // steps (lateSteps); the func it returns notes whether the receiver

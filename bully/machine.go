@@ -67,7 +67,8 @@ type Machine struct {
 	passed   *Message
 	announce time.Time // a leader's next COORDINATOR broadcast
 	heard    time.Time // when the followed leader last announced itself
-	queried  time.Time // when this follower last asked its silent leader (checkLeaderHeard)
+	queried  time.Time // when this follower first asked its silent leader (checkLeaderHeard)
+	reasked  time.Time // when it last asked it again
 	lost     string    // which leader this node last forgot, and why (Status.Lost)
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
@@ -389,7 +390,14 @@ func (m *Machine) Tick(now time.Time) {
 // TCP retransmission, a second later). Waiting the election timeout, the
 // follower forgot its leader 0.5 s after asking, a moment before the
 // answer came (a LAN soak: "no leader" for 0.2-0.4 s after a one-way cut
-// healed).
+// healed). While it waits, it asks again every election wait: a question
+// sent during a cut is lost, and when the cut heals during the wait the
+// next question is answered within a round trip, rather than the leader
+// being forgotten at the end of the wait, just after the heal, and found
+// again at its next announcement (the blips with no fault on left in a
+// LAN soak after the change above, of 45 and 47 ms, named this rule). The
+// wait still counts from the first question, so a leader that is really
+// silent is forgotten no later.
 func (m *Machine) checkLeaderHeard(now time.Time) {
 	if m.state != StateFollower || m.leader.IsZero() || m.isSelf(m.leader) {
 		return
@@ -404,10 +412,13 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 	switch {
 	case now.Sub(m.heard) < 3*m.cfg.AnnounceInterval:
 	case m.queried.Before(m.heard):
-		m.queried = now
+		m.queried, m.reasked = now, now
 		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
 	case now.Sub(m.queried) >= m.cfg.CoordinatorTimeout:
 		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals, nor when asked")
+	case now.Sub(m.reasked) >= m.electionWait():
+		m.reasked = now
+		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
 	}
 }
 
