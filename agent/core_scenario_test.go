@@ -1270,6 +1270,28 @@ func TestAnnouncementAfterAHealKeepsTheLeader(t *testing.T) {
 // COORDINATOR from it for three announce intervals, nor when asked"). It
 // waits the coordinator timeout now (bully: checkLeaderHeard).
 func TestAnswerAfterAHandshakeRetryKeepsTheLeader(t *testing.T) {
+	const retry = time.Second // a SYN retransmitted
+	s, term, asked := askedAfterACut(t, true, func(s *csim, asked time.Time, f flight) time.Duration {
+		if f.from == "n5" && f.to == "n1" && s.now.Before(asked.Add(retry)) {
+			return asked.Add(retry).Sub(s.now)
+		}
+		return 0
+	})
+	s.heal()
+	s.followsUntil("n1", "n5", term, asked.Add(3*bully.DefaultConfig().AnnounceInterval), asked, "the cut healed as n1 asked")
+	if st := s.nodes["n5"].c.m.Status(); st.State != bully.StateLeader || st.Term != term {
+		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
+	}
+}
+
+// askedAfterACut starts five nodes with the LAN timing, waits for n5 to
+// lead, cuts the peer messages from n5 to n1 (both ways unless oneWay)
+// half an announce interval after one of n5's announcements to n1, and
+// ticks until n1 asks n5 whether its term goes on (three announce
+// intervals after that announcement). It returns the simulation, n5's
+// term and when n1 asked; slow, when given, delays the messages sent from
+// the question on, as csim.slowIf does.
+func askedAfterACut(t *testing.T, oneWay bool, slow func(s *csim, asked time.Time, f flight) time.Duration) (*csim, uint64, time.Time) {
 	s := newCsim(t, testlog.Seed(t))
 	s.lan, s.ttl = true, 10*time.Second
 	e := bully.DefaultConfig()
@@ -1279,33 +1301,40 @@ func TestAnswerAfterAHandshakeRetryKeepsTheLeader(t *testing.T) {
 	term := s.nodes["n5"].c.m.Status().Term
 	// The last announcement n1 hears before the cut.
 	heard := s.announced("n5", "n1", 2*e.AnnounceInterval)
-	const retry = time.Second // a SYN retransmitted
 	var asked time.Time
 	s.slowIf = func(f flight) time.Duration {
 		if b := f.env.Bully; b != nil && b.Type == bully.MsgInfo && f.from == "n1" && f.to == "n5" && asked.IsZero() {
 			asked = s.now
 		}
-		if f.from == "n5" && f.to == "n1" && !asked.IsZero() && s.now.Before(asked.Add(retry)) {
-			return asked.Add(retry).Sub(s.now)
+		if asked.IsZero() || slow == nil {
+			return 0
 		}
-		return 0
+		return slow(s, asked, f)
 	}
 	s.run(e.AnnounceInterval / 2)
-	s.cutPeers("n5", "n1", true)
+	if oneWay {
+		s.cutPeers("n5", "n1", true)
+	} else {
+		s.cutPeers("n1", "n5", false)
+	}
 	for end := heard.Add(4 * e.AnnounceInterval); asked.IsZero() && s.now.Before(end); s.tick() {
 	}
 	if asked.IsZero() {
 		t.Fatalf("n1 did not ask n5 after three announce intervals without its COORDINATOR\n%s", s.dump())
 	}
-	s.heal()
-	for end := asked.Add(3 * e.AnnounceInterval); s.now.Before(end); s.tick() {
-		if st := s.nodes["n1"].c.m.Status(); st.Leader.Name != "n5" || st.Term != term {
-			t.Fatalf("n1 lost n5's term %d %v after asking it, the cut healed: leader %q term %d (lost %s)\n%s",
-				term, s.now.Sub(asked), st.Leader.Name, st.Term, st.Lost, s.dump())
+	return s, term, asked
+}
+
+// followsUntil ticks until end, failing the test as soon as node f no
+// longer follows leader l in term; asked and when say, for the failure,
+// when the follower asked and what happened then.
+func (s *csim) followsUntil(f, l string, term uint64, end, asked time.Time, when string) {
+	s.t.Helper()
+	for ; s.now.Before(end); s.tick() {
+		if st := s.nodes[f].c.m.Status(); st.Leader.Name != l || st.Term != term {
+			s.t.Fatalf("%s lost %s's term %d %v after asking it (%s): leader %q term %d (lost %s)\n%s",
+				f, l, term, s.now.Sub(asked), when, st.Leader.Name, st.Term, st.Lost, s.dump())
 		}
-	}
-	if st := s.nodes["n5"].c.m.Status(); st.State != bully.StateLeader || st.Term != term {
-		t.Fatalf("n5 no longer leads term %d: %+v", term, st)
 	}
 }
 
@@ -1337,34 +1366,9 @@ func (s *csim) announced(from, to string, d time.Duration) time.Time {
 // after the heal and found it again at its next announcement, a second
 // later.
 func TestQuestionAfterTheHealKeepsTheLeader(t *testing.T) {
-	s := newCsim(t, testlog.Seed(t))
-	s.lan, s.ttl = true, 10*time.Second
 	e := bully.DefaultConfig()
-	s.addNodes(5)
-	s.waitLeader(15*time.Second, "n5")
-	s.run(5 * time.Second)
-	term := s.nodes["n5"].c.m.Status().Term
-	heard := s.announced("n5", "n1", 2*e.AnnounceInterval)
-	var asked time.Time
-	s.slowIf = func(f flight) time.Duration {
-		if b := f.env.Bully; b != nil && b.Type == bully.MsgInfo && f.from == "n1" && f.to == "n5" && asked.IsZero() {
-			asked = s.now
-		}
-		return 0
-	}
-	s.run(e.AnnounceInterval / 2)
-	s.cutPeers("n1", "n5", false)
-	for end := heard.Add(4 * e.AnnounceInterval); asked.IsZero() && s.now.Before(end); s.tick() {
-	}
-	if asked.IsZero() {
-		t.Fatalf("n1 did not ask n5 after three announce intervals without its COORDINATOR\n%s", s.dump())
-	}
+	s, term, asked := askedAfterACut(t, false, nil)
 	s.run(e.CoordinatorTimeout / 2)
 	s.heal()
-	for end := asked.Add(3 * e.AnnounceInterval); s.now.Before(end); s.tick() {
-		if st := s.nodes["n1"].c.m.Status(); st.Leader.Name != "n5" || st.Term != term {
-			t.Fatalf("n1 lost n5's term %d %v after its first question, %v after the heal: leader %q term %d (lost %s)\n%s",
-				term, s.now.Sub(asked), s.now.Sub(asked.Add(e.CoordinatorTimeout/2)), st.Leader.Name, st.Term, st.Lost, s.dump())
-		}
-	}
+	s.followsUntil("n1", "n5", term, asked.Add(3*e.AnnounceInterval), asked, "the cut healed halfway through the wait")
 }
