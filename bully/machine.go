@@ -68,7 +68,7 @@ type Machine struct {
 	announce time.Time // a leader's next COORDINATOR broadcast
 	heard    time.Time // when the followed leader last announced itself
 	queried  time.Time // when this follower first asked its silent leader (checkLeaderHeard)
-	reasked  time.Time // when it last asked it again
+	reasked  time.Time // when it last asked it (askLeader)
 	lost     string    // which leader this node last forgot, and why (Status.Lost)
 
 	// lastLeader led lastTerm, the highest term this node followed or led;
@@ -412,14 +412,20 @@ func (m *Machine) checkLeaderHeard(now time.Time) {
 	switch {
 	case now.Sub(m.heard) < 3*m.cfg.AnnounceInterval:
 	case m.queried.Before(m.heard):
-		m.queried, m.reasked = now, now
-		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
+		m.queried = now
+		m.askLeader(now)
 	case now.Sub(m.queried) >= m.cfg.CoordinatorTimeout:
 		m.forgetLeader(now, "no COORDINATOR from it for three announce intervals, nor when asked")
 	case now.Sub(m.reasked) >= m.electionWait():
-		m.reasked = now
-		m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
+		m.askLeader(now)
 	}
+}
+
+// askLeader sends the followed leader the question of checkLeaderHeard:
+// an INFO naming its own term.
+func (m *Machine) askLeader(now time.Time) {
+	m.reasked = now
+	m.send(Message{Type: MsgInfo, To: m.leader, Leader: m.leader, Term: m.term})
 }
 
 // Step processes a message from a peer and returns the reply to send back on
