@@ -378,12 +378,14 @@ func TestRandomQuorumSchedules(t *testing.T) {
 // (docs/RELIABILITY.md tells each story), under their own names, so with
 // their own seeds: 231,357 (a later roster step of one version that did
 // not spread), 272,725 (a leader that yielded on claims made against an
-// older voter set) and 400,940 (the hand-over check looking again at a
-// term's RESIGN held back until a later term ended). A change to the
+// older voter set), 400,940 (the hand-over check looking again at a
+// term's RESIGN held back until a later term ended) and 575,403 (the only
+// voter's lease watch taking its own voter's release for a lapsed term,
+// and campaigning against the named successor). A change to the
 // schedules' draws makes them new schedules, which then need not find
 // the old bugs.
 func TestSchedulesThatFoundBugs(t *testing.T) {
-	for _, i := range []int{231357, 272725, 400940} {
+	for _, i := range []int{231357, 272725, 400940, 575403} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			runSchedule(renamedT{t, fmt.Sprintf("TestRandomQuorumSchedules/%d", i)}, i, nil)
 		})

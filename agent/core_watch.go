@@ -24,9 +24,10 @@ import (
 type leaseWatch struct {
 	leader bully.Node // the term watched
 	term   uint64
-	// released: a voter reported that the leader released the term. It is
-	// handing over (resign, transfer, drain, a lost lease), and its RESIGN,
-	// sent with the release, decides who follows: the watch does not act.
+	// released: a voter (this node's own, or one that answered) took the
+	// leader's release of the term. It is handing over (resign, transfer,
+	// drain, a lost lease), and its RESIGN, sent with the release, decides
+	// who follows: the watch does not act.
 	released bool
 	// selfPromised: this node's own voter promised the term (as
 	// sighting.promised).
@@ -97,9 +98,13 @@ func (c *core) watchLease(now time.Time) {
 	if w.leader != l || w.term != term {
 		*w = leaseWatch{leader: l, term: term, next: now, seen: map[string]sighting{}}
 	}
-	if c.grants != nil && !w.selfPromised {
+	if c.grants != nil {
 		st := c.grants.Standing(now)
-		w.selfPromised = st.Holder == toLeasing(l) && st.Epoch == term
+		w.selfPromised = w.selfPromised || (st.Holder == toLeasing(l) && st.Epoch == term)
+		// This node's own voter took the leader's release: the term is
+		// being handed over, as when another voter reports it
+		// (noteSighting).
+		w.released = w.released || (st.Released == toLeasing(l) && st.ReleasedEpoch >= term)
 	}
 	if !now.Before(w.next) {
 		w.sent = now
@@ -182,8 +187,13 @@ func (c *core) tellEnd(now time.Time) {
 		return // unchanged, or over both times
 	}
 	w.end = end
-	c.log.Debug("lease watch: when a majority of the voters may grant a new term", "leader", w.leader.Name, "term", w.term,
-		"in", end.Sub(now), "known", !end.IsZero())
+	if end.IsZero() {
+		c.log.Debug("lease watch: not known when a majority of the voters may grant a new term (no fresh answers, or the term was released)",
+			"leader", w.leader.Name, "term", w.term, "released", w.released)
+	} else {
+		c.log.Debug("lease watch: when a majority of the voters may grant a new term", "leader", w.leader.Name, "term", w.term,
+			"in", end.Sub(now))
+	}
 	c.m.LeaseEnds(now, w.leader, w.term, end)
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/leasing"
 )
@@ -316,4 +317,55 @@ func leaderOfFive(t *testing.T) (*csim, string, uint64) {
 	s.addNodes(5)
 	l, _ := s.waitLeader(10 * time.Second)
 	return s, l, s.nodes[l].led[len(s.nodes[l].led)-1]
+}
+
+// TestOwnVotersReleaseStopsTheWatch: the node next in line is the only
+// voter, and the leader hands its term to a lower node. The release
+// reaches the watcher's own voter before the RESIGN that names the
+// successor; the watch took the free voter for a term's promises run out
+// and campaigned, undoing the hand-over (random schedule 575,403, where
+// a resign --hold was undone that way). A release seen by its own voter
+// now stops the watch, as one reported by another voter always did.
+func TestOwnVotersReleaseStopsTheWatch(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.voters = 1
+	s.addNodes(3)
+	l, _ := s.waitLeader(10*time.Second, "n3")
+	node := func(name string) leasing.Node { return leasing.Node{ID: s.nodes[name].id, Name: name} }
+	term := s.nodes[l].led[len(s.nodes[l].led)-1]
+	only := s.nodes[l].rosters.r.To([]leasing.Node{node("n2")}, term, 1).Final(term)
+	for _, name := range s.order {
+		s.crash(name)
+		s.nodes[name].rosters.r = only
+	}
+	for _, name := range s.order {
+		s.boot(name, 0)
+	}
+	l, _ = s.waitLeader(maxTTLFactor*s.maxTTL()+10*time.Second, "n3")
+	s.run(2 * s.ttl) // n2 watches n3's renewals
+	if nl, _, _ := s.nodes["n2"].c.m.NextInLine(s.local(s.nodes["n2"], s.now)); nl.Name != l {
+		t.Fatalf("n2 does not watch %s (it watches %q)", l, nl.Name)
+	}
+	// The RESIGN reaches n2 a while after the release.
+	s.slowIf = func(f flight) time.Duration {
+		if b := f.env.Bully; b != nil && b.Type == bully.MsgResign && f.from == l && f.to == "n2" {
+			return s.ttl / 2
+		}
+		return 0
+	}
+	ln := s.nodes[l]
+	if _, err := ln.c.transfer(s.local(ln, s.now), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(l)
+	for end := s.now.Add(2 * s.ttl); s.now.Before(end); s.tick() {
+		switch got := s.leader(); got {
+		case "", l:
+		case "n1":
+			return
+		default:
+			t.Fatalf("%s leads after %s handed its term to n1\n%s", got, l, s.dump())
+		}
+	}
+	t.Fatalf("n1 does not lead %v after %s handed its term to it\n%s", 2*s.ttl, l, s.dump())
 }
