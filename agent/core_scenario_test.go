@@ -379,13 +379,15 @@ func TestRandomQuorumSchedules(t *testing.T) {
 // their own seeds: 231,357 (a later roster step of one version that did
 // not spread), 272,725 (a leader that yielded on claims made against an
 // older voter set), 400,940 (the hand-over check looking again at a
-// term's RESIGN held back until a later term ended) and 575,403 (the only
+// term's RESIGN held back until a later term ended), 575,403 (the only
 // voter's lease watch taking its own voter's release for a lapsed term,
-// and campaigning against the named successor). A change to the
+// and campaigning against the named successor) and 586,637 (a leader that
+// yielded starting its own ELECTION before its successor took over). A
+// change to the
 // schedules' draws makes them new schedules, which then need not find
 // the old bugs.
 func TestSchedulesThatFoundBugs(t *testing.T) {
-	for _, i := range []int{231357, 272725, 400940, 575403} {
+	for _, i := range []int{231357, 272725, 400940, 575403, 586637} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			runSchedule(renamedT{t, fmt.Sprintf("TestRandomQuorumSchedules/%d", i)}, i, nil)
 		})

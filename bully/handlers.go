@@ -371,7 +371,12 @@ func (m *Machine) stepDown(now time.Time, why string) {
 
 // endTerm ends this node's term with resign (a MsgResign, completed here
 // with the term) sent to every live member; why is for the driver's log
-// (Ready.Why).
+// (Ready.Why). A RESIGN that names a successor leaves the election to it
+// for the transfer window here too, as at the nodes that receive it: a
+// leader that yielded to a higher node started its own ELECTION a rank
+// delay later, and a node above the successor that the RESIGN had not
+// reached yet answered it by campaigning, and took the term (random
+// schedule 586,637, in the agent's core simulation).
 func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 	clear(m.claims)
 	m.ho.chosen = false
@@ -379,6 +384,9 @@ func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 	resign.Leader, resign.Term = m.cfg.Self.Node, m.term
 	m.broadcast(resign)
 	m.state = StateFollower
+	if s := resign.Successor; !s.IsZero() && !m.isSelf(s) {
+		m.ho.to, m.ho.until = s, now.Add(m.cfg.transferWindow())
+	}
 	m.forgetLeader(now, why)
 }
 

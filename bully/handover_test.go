@@ -3,6 +3,7 @@ package bully
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -500,5 +501,43 @@ func TestAwaitEndsWhenSuccessorGoes(t *testing.T) {
 			}
 			t.Fatalf("no leader within the transfer window of a successor gossip no longer lists\n%s", s.dump())
 		})
+	}
+}
+
+// TestYieldingLeaderLeavesTheTermToItsSuccessor: a leader that yields to
+// a higher node that kept claiming leaves the election to that node for
+// the transfer window, as the nodes its RESIGN reaches do. Here the
+// successor freezes just after the yield and cannot take over. Before,
+// the old leader sent its own ELECTION a rank delay later; a node above
+// the successor that the RESIGN had not reached yet answered it by
+// campaigning, and took the term from the successor.
+func TestYieldingLeaderLeavesTheTermToItsSuccessor(t *testing.T) {
+	s := newSim(t, true)
+	s.startCluster(3)
+	s.run(4 * time.Second)
+	s.agree("n3", "n1", "n2")
+	s.add("n9", 9, true)
+	cfg := s.nodes["n3"].m.cfg
+	var yielded time.Time
+	for end := s.now.Add(cfg.Stabilization + 2*cfg.AnnounceInterval); s.now.Before(end); s.tick() {
+		if len(s.nodes["n3"].ended) > 0 {
+			yielded = s.now
+			break
+		}
+	}
+	if ended := s.nodes["n3"].ended; len(ended) != 1 || !strings.HasPrefix(ended[0], "preempted by n9") {
+		t.Fatalf("n3's term ended for %q, want one end, preempted by n9", ended)
+	}
+	s.nodes["n9"].mute = true
+	window := cfg.transferWindow()
+	for s.now.Before(yielded.Add(window)) {
+		s.sent = nil
+		s.tick()
+		for _, msg := range s.sent {
+			if msg.From.Name == "n3" && msg.Type == MsgElection {
+				t.Fatalf("n3 sent an ELECTION to %s %v after yielding to n9; want none within the transfer window (%v)",
+					msg.To.Name, s.now.Sub(yielded), window)
+			}
+		}
 	}
 }

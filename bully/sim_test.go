@@ -25,6 +25,7 @@ type sim struct {
 	drop  float64 // probability of losing a message
 	queue []Message
 	trace []Message // every delivered message
+	sent  []Message // every message sent, delivered or not
 	base  func(Member) Config
 	// confirm, if set, answers a leader's Ready.Preempt as its driver
 	// would (Config.ConfirmPreempt): whether to can take the term, and
@@ -161,6 +162,7 @@ func (s *sim) flush(name string) {
 			n.ended = append(n.ended, rd.Why)
 		}
 		s.queue = append(s.queue, rd.Messages...)
+		s.sent = append(s.sent, rd.Messages...)
 		if !rd.Preempt.IsZero() && s.confirm != nil {
 			if canTake, answered := s.confirm(n.member.Node, rd.Preempt); answered {
 				n.m.PreemptAnswered(s.now, rd.Preempt, canTake)
