@@ -383,9 +383,8 @@ func TestRandomQuorumSchedules(t *testing.T) {
 // voter's lease watch taking its own voter's release for a lapsed term,
 // and campaigning against the named successor) and 586,637 (a leader that
 // yielded starting its own ELECTION before its successor took over). A
-// change to the
-// schedules' draws makes them new schedules, which then need not find
-// the old bugs.
+// change to the schedules' draws makes them new schedules, which then
+// need not find the old bugs.
 func TestSchedulesThatFoundBugs(t *testing.T) {
 	for _, i := range []int{231357, 272725, 400940, 575403, 586637} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {

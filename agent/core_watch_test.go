@@ -322,10 +322,11 @@ func leaderOfFive(t *testing.T) (*csim, string, uint64) {
 // TestOwnVotersReleaseStopsTheWatch: the node next in line is the only
 // voter, and the leader hands its term to a lower node. The release
 // reaches the watcher's own voter before the RESIGN that names the
-// successor; the watch took the free voter for a term's promises run out
-// and campaigned, undoing the hand-over (random schedule 575,403, where
-// a resign --hold was undone that way). A release seen by its own voter
-// now stops the watch, as one reported by another voter always did.
+// successor. The watch took its own free voter for a majority whose
+// promises had run out and campaigned, undoing the hand-over (random
+// schedule 575,403, where a resign --hold was undone that way). A release
+// its own voter took now stops the watch, as one reported by another
+// voter always did.
 func TestOwnVotersReleaseStopsTheWatch(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
 	s.voters = 1
