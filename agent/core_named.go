@@ -69,13 +69,24 @@ func (c *core) startTable(now time.Time, rd *leasing.Round) {
 }
 
 // namedTable returns the table while this node leads its term with a
-// valid lease, and drops it once the term is over.
+// valid lease, and drops it once the term is over. A lapse of the lease
+// within the term only suspends it: a late renewal (addLateRenewal) may
+// extend the same term's lease, and the table then goes on, knowing every
+// name it granted. It dropped itself at the lapse, and the leader then led
+// on with no table, which only a new term makes: no named request was
+// served again (random schedule 614,156: a leader resumed from a pause 7
+// ms past its deadline, its late renewal answers then came). The revived
+// lease is backed by a majority of the voters' promises to this term
+// (I3), so no other term can have begun in the gap.
 func (c *core) namedTable(now time.Time) *named.Table {
 	if c.named.table == nil {
 		return nil
 	}
-	if !c.lease.acting || !c.leaseValid(now) || c.named.table.Term() != c.lease.epoch {
+	if !c.lease.acting || c.named.table.Term() != c.lease.epoch {
 		c.named.table = nil
+		return nil
+	}
+	if !c.leaseValid(now) {
 		return nil
 	}
 	return c.named.table

@@ -381,12 +381,14 @@ func TestRandomQuorumSchedules(t *testing.T) {
 // older voter set), 400,940 (the hand-over check looking again at a
 // term's RESIGN held back until a later term ended), 575,403 (the only
 // voter's lease watch taking its own voter's release for a lapsed term,
-// and campaigning against the named successor) and 586,637 (a leader that
-// yielded starting its own ELECTION before its successor took over). A
+// and campaigning against the named successor), 586,637 (a leader that
+// yielded starting its own ELECTION before its successor took over) and
+// 614,156 (a named-lease table dropped in a lapse that a late renewal
+// then ended). A
 // change to the schedules' draws makes them new schedules, which then
 // need not find the old bugs.
 func TestSchedulesThatFoundBugs(t *testing.T) {
-	for _, i := range []int{231357, 272725, 400940, 575403, 586637} {
+	for _, i := range []int{231357, 272725, 400940, 575403, 586637, 614156} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			runSchedule(renamedT{t, fmt.Sprintf("TestRandomQuorumSchedules/%d", i)}, i, nil)
 		})
