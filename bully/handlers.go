@@ -385,7 +385,7 @@ func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 	m.broadcast(resign)
 	m.state = StateFollower
 	if s := resign.Successor; !s.IsZero() && !m.isSelf(s) {
-		m.ho.to, m.ho.until = s, now.Add(m.cfg.transferWindow())
+		m.await(now, s)
 	}
 	m.forgetLeader(now, why)
 }
