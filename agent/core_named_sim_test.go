@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testlog"
+	"github.com/tenurehq/tenure/leasing"
 	"github.com/tenurehq/tenure/leasing/named"
 )
 
@@ -266,5 +268,108 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 	got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2)
 	if !ok || got <= tok {
 		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s", waiter, ok, got, tok, s.dump())
+	}
+}
+
+// TestNamedTableOutlivesALapseTheTermSurvives: a leader frozen with a
+// renewal round in flight wakes a moment past its lease deadline, before
+// it has ticked. The first message it then reads is a holder's named
+// request, with the lease not valid; the voters' grants to the renewal,
+// read next, extend the same term's lease (they were given before its
+// deadline, so the term never ended). The leader must serve the names of
+// that term from the table it kept: it dropped the table at the lapse and
+// then led on with none, refusing every named request for the rest of the
+// term (random schedule 614,156).
+func TestNamedTableOutlivesALapseTheTermSurvives(t *testing.T) {
+	s := newCsim(t, testlog.Seed(t))
+	s.named = newNamedSim("db")
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	var holder, waiter string
+	for _, name := range s.order {
+		if name != l && holder == "" {
+			holder = name
+		} else if name != l {
+			waiter = name
+		}
+	}
+	ln, hn, wn := s.nodes[l], s.nodes[holder], s.nodes[waiter]
+	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(holder)
+	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
+	tok, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1)
+	if !ok {
+		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
+	}
+	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(waiter)
+	s.run(200 * time.Millisecond)
+
+	// Freeze the leader just after it sends a renewal round; hold every
+	// message to it until it wakes.
+	for rd := ln.c.rounds.current; rd == nil || rd.Kind != leasing.Renew; rd = ln.c.rounds.current {
+		s.tick()
+	}
+	epoch, deadline, table := ln.c.lease.epoch, ln.c.lease.deadline, ln.c.named.table
+	if table == nil {
+		t.Fatalf("leader %s has no named table\n%s", l, s.dump())
+	}
+	ln.paused = true
+	s.slowIf = func(f flight) time.Duration {
+		if f.to == l {
+			return time.Hour
+		}
+		return 0
+	}
+	for !s.local(ln, s.now.Add(s.step)).After(deadline) {
+		s.tick()
+	}
+	// Wake it at the next step, past its deadline on its own clock: its
+	// held named requests are read first, then the renewal's grants.
+	var nameds, others []flight
+	for _, f := range s.queue {
+		switch {
+		case f.to != l:
+			others = append(others, f)
+		case f.env.Named != nil:
+			f.at = s.now.Add(s.step)
+			nameds = append(nameds, f)
+		default:
+			f.at = s.now.Add(s.step)
+			others = append(others, f)
+		}
+	}
+	if len(nameds) == 0 {
+		t.Fatalf("no named request to %s was held while it was frozen", l)
+	}
+	s.queue = append(nameds, others...)
+	s.slowIf = nil
+	ln.paused = false
+	s.tick()
+
+	now := s.local(ln, s.now)
+	if ln.c.lease.epoch != epoch || !ln.c.leaseValid(now) {
+		t.Fatalf("the scenario did not happen: %s leads epoch %d (valid %v), want epoch %d revived by its renewal's grants\n%s",
+			l, ln.c.lease.epoch, ln.c.leaseValid(now), epoch, s.dump())
+	}
+	if ln.c.namedTable(now) != table {
+		t.Fatalf("%s leads term %d on, but not with the table it had before the lapse\n%s%s", l, epoch, s.dump(), s.named.dump(s))
+	}
+	s.run(2 * s.ttl)
+	if got, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
+		t.Fatalf("after the lapse %s holds db: %v, token %#x, want token %#x\n%s%s", holder, ok, got, tok, s.dump(), s.named.dump(s))
+	}
+	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
+	s.collect(holder)
+	s.run(500 * time.Millisecond)
+	if got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); !ok || got <= tok {
+		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s%s", waiter, ok, got, tok, s.dump(), s.named.dump(s))
+	}
+	if ln.c.lease.epoch != epoch {
+		t.Fatalf("the term changed during the test (epoch %d, was %d): the rest shows nothing of the lapse", ln.c.lease.epoch, epoch)
 	}
 }
