@@ -768,6 +768,75 @@ func TestWronglyReportedLeaderIsKept(t *testing.T) {
 	leads(m, "MinDetection zero", Node{})
 }
 
+// TestReportedLeaderListedAgainIsAsked: a follower that believed
+// gossip's report that its leader failed asks that leader whether it still
+// leads its term the moment gossip lists it live again, and follows it on
+// the answer, without an election. It does not ask when the leader comes
+// back later than an announce interval and an election timeout after the
+// report (its COORDINATOR is due by then), nor when it has followed
+// another leader meanwhile.
+func TestReportedLeaderListedAgainIsAsked(t *testing.T) {
+	n1, n9 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}, Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+	n5 := Member{Node: Node{ID: 5, Name: "n5"}, Eligible: true}
+	follower := func() (*Machine, Config, time.Time) {
+		m, cfg, now := newMachine(t, 2, "n2")
+		m.SetMembers(now, []Member{cfg.Self, n1, n5, n9})
+		m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+		m.Ready()
+		return m, cfg, now
+	}
+	without, with := []Member{n1, n5}, []Member{n1, n5, n9}
+	asked := func(m *Machine) bool {
+		for _, msg := range m.Ready().Messages {
+			if msg.Type == MsgInfo && msg.To == n9.Node && msg.Leader == n9.Node && msg.Term == 3 {
+				return true
+			}
+		}
+		return false
+	}
+
+	m, cfg, now := follower()
+	at := now.Add(2 * cfg.AnnounceInterval) // heard long ago: the report is believed
+	m.SetMembers(at, without)
+	if got := m.Status().Leader; !got.IsZero() {
+		t.Fatalf("reported failed long after its COORDINATOR: leader %v, want none", got)
+	}
+	if asked(m) {
+		t.Fatal("asked the leader gossip reports failed before gossip listed it again")
+	}
+	back := at.Add(50 * time.Millisecond)
+	m.SetMembers(back, with)
+	if !asked(m) {
+		t.Fatal("gossip listed the reported leader again: no INFO asking it about its term")
+	}
+	m.Step(back.Add(time.Millisecond), Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+	if st := m.Status(); st.Leader != n9.Node || st.Term != 3 {
+		t.Fatalf("answered with its COORDINATOR: leader %v term %d, want n9 term 3", st.Leader, st.Term)
+	}
+	m.SetMembers(back.Add(time.Second), with)
+	if asked(m) {
+		t.Fatal("asked again")
+	}
+
+	m, cfg, now = follower()
+	at = now.Add(2 * cfg.AnnounceInterval)
+	m.SetMembers(at, without)
+	m.SetMembers(at.Add(cfg.AnnounceInterval+cfg.ElectionTimeout+time.Millisecond), with)
+	if asked(m) {
+		t.Fatal("asked a leader listed again after its next COORDINATOR was due")
+	}
+
+	m, cfg, now = follower()
+	at = now.Add(2 * cfg.AnnounceInterval)
+	m.SetMembers(at, without)
+	m.Step(at.Add(10*time.Millisecond), Message{Type: MsgCoordinator, From: n5.Node, To: cfg.Self.Node, Leader: n5.Node, Term: 4})
+	m.Ready()
+	m.SetMembers(at.Add(50*time.Millisecond), with)
+	if asked(m) {
+		t.Fatal("asked the reported leader after following a later term")
+	}
+}
+
 // TestStatusSaysWhyTheLeaderWasLost: with no leader known, Status.Lost
 // names the leader last known and why it was forgotten; it is empty
 // while a leader is known and before any was.
