@@ -224,51 +224,83 @@ func (ns *namedSim) checkServed(s *csim, bound time.Duration) {
 	}
 }
 
+// dbLock is a three-node cluster's leader, a follower holding "db"
+// (session 1, token tok) and another waiting for it (session 2).
+type dbLock struct {
+	leader, holder, waiter string
+	tok                    uint64
+}
+
+// holdAndWait starts three nodes, has one follower acquire "db" and then
+// another wait for it.
+func holdAndWait(t *testing.T, s *csim) dbLock {
+	t.Helper()
+	s.named = newNamedSim("db")
+	s.addNodes(3)
+	l, _ := s.waitLeader(10 * time.Second)
+	d := dbLock{leader: l}
+	for _, name := range s.order {
+		if name != l && d.holder == "" {
+			d.holder = name
+		} else if name != l {
+			d.waiter = name
+		}
+	}
+	hn, wn := s.nodes[d.holder], s.nodes[d.waiter]
+	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(d.holder)
+	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
+	tok, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1)
+	if !ok {
+		t.Fatalf("%s did not acquire db\n%s", d.holder, s.dump())
+	}
+	d.tok = tok
+	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.collect(d.waiter)
+	return d
+}
+
+// holds fails the test unless the holder still holds db with its token
+// (when is what happened since it acquired it).
+func (d dbLock) holds(t *testing.T, s *csim, when string) {
+	t.Helper()
+	hn := s.nodes[d.holder]
+	if got, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != d.tok {
+		t.Fatalf("%s %s holds db: %v, token %#x, want token %#x\n%s%s", when, d.holder, ok, got, d.tok, s.dump(), s.named.dump(s))
+	}
+	wn := s.nodes[d.waiter]
+	if _, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); ok {
+		t.Fatalf("%s the waiter %s holds db too", when, d.waiter)
+	}
+}
+
+// handOff has the holder drop db and checks that the waiter then gets it,
+// with a higher token.
+func (d dbLock) handOff(t *testing.T, s *csim) {
+	t.Helper()
+	hn, wn := s.nodes[d.holder], s.nodes[d.waiter]
+	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
+	s.collect(d.holder)
+	s.run(500 * time.Millisecond)
+	if got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); !ok || got <= d.tok {
+		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s%s", d.waiter, ok, got, d.tok, s.dump(), s.named.dump(s))
+	}
+}
+
 // TestNamedLeasesAcrossFailover: a lock held across a crash of the leader
 // stays with its holder (re-claimed from the new leader), and a waiter
 // gets it when the holder drops it.
 func TestNamedLeasesAcrossFailover(t *testing.T) {
 	s := newCsim(t, 7)
-	s.named = newNamedSim("db")
-	s.addNodes(3)
-	l, _ := s.waitLeader(10 * time.Second)
-	var holder, waiter string
-	for _, name := range s.order {
-		if name != l && holder == "" {
-			holder = name
-		} else if name != l {
-			waiter = name
-		}
-	}
-	hn, wn := s.nodes[holder], s.nodes[waiter]
-	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO, ""); err != nil {
-		t.Fatal(err)
-	}
-	s.collect(holder)
-	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
-	tok, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1)
-	if !ok {
-		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
-	}
-	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO, ""); err != nil {
-		t.Fatal(err)
-	}
-	s.collect(waiter)
-	s.crash(l)
+	d := holdAndWait(t, s)
+	s.crash(d.leader)
 	s.run(4 * s.ttl)
-	if got, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
-		t.Fatalf("after the leader's crash %s holds db: %v token %#x, want token %#x\n%s", holder, ok, got, tok, s.dump())
-	}
-	if _, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); ok {
-		t.Fatalf("the waiter %s holds db too", waiter)
-	}
-	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
-	s.collect(holder)
-	s.run(500 * time.Millisecond)
-	got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2)
-	if !ok || got <= tok {
-		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s", waiter, ok, got, tok, s.dump())
-	}
+	d.holds(t, s, "after the leader's crash")
+	d.handOff(t, s)
 }
 
 // TestNamedTableOutlivesALapseTheTermSurvives: a leader frozen with a
@@ -282,31 +314,8 @@ func TestNamedLeasesAcrossFailover(t *testing.T) {
 // term (random schedule 614,156).
 func TestNamedTableOutlivesALapseTheTermSurvives(t *testing.T) {
 	s := newCsim(t, testlog.Seed(t))
-	s.named = newNamedSim("db")
-	s.addNodes(3)
-	l, _ := s.waitLeader(10 * time.Second)
-	var holder, waiter string
-	for _, name := range s.order {
-		if name != l && holder == "" {
-			holder = name
-		} else if name != l {
-			waiter = name
-		}
-	}
-	ln, hn, wn := s.nodes[l], s.nodes[holder], s.nodes[waiter]
-	if err := hn.c.namedWant(s.local(hn, s.now), "db", 1, 2*s.ttl, true, named.FIFO, ""); err != nil {
-		t.Fatal(err)
-	}
-	s.collect(holder)
-	s.run(3*s.ttl + time.Second) // the first leader's grace, then the grant
-	tok, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1)
-	if !ok {
-		t.Fatalf("%s did not acquire db\n%s", holder, s.dump())
-	}
-	if err := wn.c.namedWant(s.local(wn, s.now), "db", 2, 2*s.ttl, true, named.FIFO, ""); err != nil {
-		t.Fatal(err)
-	}
-	s.collect(waiter)
+	d := holdAndWait(t, s)
+	l, ln := d.leader, s.nodes[d.leader]
 	s.run(200 * time.Millisecond)
 
 	// Freeze the leader just after it sends a renewal round; hold every
@@ -360,15 +369,8 @@ func TestNamedTableOutlivesALapseTheTermSurvives(t *testing.T) {
 		t.Fatalf("%s leads term %d on, but not with the table it had before the lapse\n%s%s", l, epoch, s.dump(), s.named.dump(s))
 	}
 	s.run(2 * s.ttl)
-	if got, _, ok := hn.c.named.claims.Valid(s.local(hn, s.now), "db", 1); !ok || got != tok {
-		t.Fatalf("after the lapse %s holds db: %v, token %#x, want token %#x\n%s%s", holder, ok, got, tok, s.dump(), s.named.dump(s))
-	}
-	hn.c.namedDrop(s.local(hn, s.now), "db", 1)
-	s.collect(holder)
-	s.run(500 * time.Millisecond)
-	if got, _, ok := wn.c.named.claims.Valid(s.local(wn, s.now), "db", 2); !ok || got <= tok {
-		t.Fatalf("after the release the waiter %s holds db: %v, token %#x (the first was %#x)\n%s%s", waiter, ok, got, tok, s.dump(), s.named.dump(s))
-	}
+	d.holds(t, s, "after the lapse")
+	d.handOff(t, s)
 	if ln.c.lease.epoch != epoch {
 		t.Fatalf("the term changed during the test (epoch %d, was %d): the rest shows nothing of the lapse", ln.c.lease.epoch, epoch)
 	}
