@@ -341,14 +341,14 @@ func TestNamedTableOutlivesALapseTheTermSurvives(t *testing.T) {
 	// held named requests are read first, then the renewal's grants.
 	var nameds, others []flight
 	for _, f := range s.queue {
-		switch {
-		case f.to != l:
+		if f.to != l {
 			others = append(others, f)
-		case f.env.Named != nil:
-			f.at = s.now.Add(s.step)
+			continue
+		}
+		f.at = s.now.Add(s.step)
+		if f.env.Named != nil {
 			nameds = append(nameds, f)
-		default:
-			f.at = s.now.Add(s.step)
+		} else {
 			others = append(others, f)
 		}
 	}
