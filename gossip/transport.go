@@ -320,6 +320,23 @@ type request struct {
 	Until uint64 `msgpack:"u,omitempty"`
 }
 
+// maxRequestFrame is the largest frame a request with a body of n bytes
+// encodes to, whatever its Until stamp: a map of two entries (1 byte), the
+// keys "b" and "u" (2 bytes each), the body's bin header (2, 3 or 5 bytes)
+// and bytes, and the stamp (at most 9 bytes). Call checks it before it
+// sends, so a request too large for a frame fails on every connection
+// alike, without encoding the request twice.
+func maxRequestFrame(n int) int {
+	header := 5
+	switch {
+	case n <= math.MaxUint8:
+		header = 2
+	case n <= math.MaxUint16:
+		header = 3
+	}
+	return 1 + 2 + header + n + 2 + 9
+}
+
 // maxConnAge retires a pooled connection this long after its connect, so
 // that the allowance for clocks that run at different rates (lateBy) stays
 // small: at most 300 ms.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"slices"
@@ -25,10 +24,11 @@ func (t *Transport) Call(ctx context.Context, addr string, req []byte) ([]byte, 
 	if t.isClosed() {
 		return nil, ErrClosed
 	}
-	// Check the size once, with the largest deadline stamp; each
+	// Check the size once, for the largest deadline stamp; each
 	// connection stamps its own (roundTrip).
-	if _, err := t.encodeFrame(request{Body: req, Until: math.MaxUint64}, "request"); err != nil {
-		return nil, fmt.Errorf("gossip: call %s: %w", addr, err)
+	if n := maxRequestFrame(len(req)); n > t.cfg.MaxFrame {
+		return nil, fmt.Errorf("gossip: call %s: request of %d bytes exceeds the frame limit of %d: %w",
+			addr, n, t.cfg.MaxFrame, wire.ErrFrameTooLarge)
 	}
 	ctx, cancel := t.callContext(ctx)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -174,6 +175,15 @@ func TestTransportOversizedFrames(t *testing.T) {
 	if !errors.Is(err, wire.ErrFrameTooLarge) {
 		t.Fatalf("oversized request: %v", err)
 	}
+	// The largest body whose frame fits, whatever its stamp, goes; one
+	// byte more does not.
+	fits := 1024 - maxRequestFrame(0) - 1 // a bin16 header is a byte longer
+	if got := call(t, client, server.Addr(), strings.Repeat("x", fits)); len(got) != fits {
+		t.Fatalf("request of %d bytes, the largest that fits: echoed %d bytes", fits, len(got))
+	}
+	if _, err := client.Call(context.Background(), server.Addr(), make([]byte, fits+1)); !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("request of %d bytes, one more than fits: %v", fits+1, err)
+	}
 	_, err = client.Call(context.Background(), server.Addr(), []byte("big"))
 	var re *RemoteError
 	if !errors.As(err, &re) || !strings.Contains(re.Message, "frame limit") {
@@ -187,6 +197,21 @@ func TestTransportOversizedFrames(t *testing.T) {
 	}
 	if got := call(t, client, server.Addr(), "ok"); got != "ok" {
 		t.Fatalf("after oversized frames: %q", got)
+	}
+}
+
+func TestMaxRequestFrameIsTheLargestEncoding(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, 65535, 65536, 70000} {
+		for _, until := range []uint64{0, 1, 300, 1 << 40, math.MaxUint64} {
+			b, err := wire.Marshal(request{Body: make([]byte, n), Until: until})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := maxRequestFrame(n)
+			if len(b) > bound || until == math.MaxUint64 && len(b) != bound {
+				t.Errorf("body of %d bytes, stamp %d: encodes to %d bytes, bound %d", n, until, len(b), bound)
+			}
+		}
 	}
 }
 
