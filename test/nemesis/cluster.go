@@ -67,6 +67,7 @@ type Cluster struct {
 	key    string // --encrypt
 	events *Events
 	stalls *stallWatch
+	delays *delayer
 	store  *netns.Proc
 	// StoreHost is the fenced store's namespace.
 	StoreHost netns.Host
@@ -84,7 +85,7 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{cfg: cfg}
+	c := &Cluster{cfg: cfg, delays: newDelayer(cfg.Logger)}
 	if c.key, err = newKey(); err != nil {
 		return nil, err
 	}
@@ -431,6 +432,7 @@ func (c *Cluster) Stop() error {
 		}
 	}
 	c.stalls.end()
+	errs = append(errs, c.delays.close())
 	if c.events != nil {
 		_, err := c.events.Record(check.EventEnd, nil, "")
 		errs = append(errs, err)
@@ -471,6 +473,15 @@ func stopProc(what string, p *netns.Proc) error {
 func (c *Cluster) Heal(detail string) error {
 	_, err := c.events.Record(check.EventHeal, nil, detail)
 	return err
+}
+
+// hosts are the nodes' hosts.
+func (c *Cluster) hosts() []netns.Host {
+	var out []netns.Host
+	for _, n := range c.nodes {
+		out = append(out, n.Host)
+	}
+	return out
 }
 
 func names(nodes []*Node) []string {

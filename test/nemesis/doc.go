@@ -8,7 +8,8 @@
 // Jepsen's nemesis, from a seeded random schedule whose seed it prints:
 // partitions made with iptables inside the hosts' namespaces (halves, an
 // isolated leader, a majorities ring, a bridge, one-way, UDP only, random
-// packet loss), kill -9 with and without the data dir, SIGSTOP of the
+// packet loss), delays and reordering of every link or of the leader's
+// (NFQUEUE rules, the harness holding each packet a while), kill -9 with and without the data dir, SIGSTOP of the
 // leader's agent or of its whole host, a restart of every agent, a full
 // disk (each node's data dir is on a small tmpfs of its own), and a
 // sixth node with the highest ID joining part way; and, unless told not to,
@@ -20,8 +21,7 @@
 // them (events.jsonl in the run directory: Events). It judges nothing
 // itself: test/nemesis/check, which shares no code with the agent, reads
 // the agents' journals, the writers' histories and the events and gives
-// the verdicts. Network delay and reordering are not injected: they need
-// the kernel's netem, which the machines this runs on lack.
+// the verdicts.
 //
 // Every file is behind the build tag nemesis; run it as root with
 // `make nemesis` (short) or `make soak` (long). docs/RELIABILITY.md says

@@ -24,6 +24,7 @@ var (
 	ttlFlag       = flag.Duration("nemesis.ttl", DefaultTTL, "the agents' --lease-ttl (the broken builds' scenarios scale their holds with it)")
 	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
+	delayFlag     = flag.Bool("nemesis.delay", true, "draw delays (every link's, the leader's links') beside the faults and under operator actions; false replays seeds recorded before they existed, and is taken where the kernel has no netfilter queues unless this is set")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
 	holdScaleFlag = flag.Float64("nemesis.hold-scale", 1, "multiplies how long every fault of a random schedule is held (the same faults are drawn); 3 lets a LAN run's partitions outlast the suspicions on both sides")
 	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
@@ -99,6 +100,13 @@ func setUp(t *testing.T, broken bool) Binaries {
 	return b.bin
 }
 
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
@@ -171,6 +179,14 @@ func TestSchedules(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
+	draw := Draw{Join: true, Ops: *opsFlag, Disk: *diskFlag, Delay: *delayFlag}
+	if err := DelayAvailable(); err != nil && draw.Delay {
+		if flagSet("nemesis.delay") {
+			t.Fatalf("%v (-nemesis.delay=false draws none)", err)
+		}
+		t.Logf("%v: no delays drawn (as -nemesis.delay=false)", err)
+		draw.Delay = false
+	}
 	var (
 		mu    sync.Mutex
 		tally Tally
@@ -180,9 +196,9 @@ func TestSchedules(t *testing.T) {
 		s := seed + uint64(i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			t.Parallel()
-			plan := ScaleHolds(Plan(s, *stepsFlag, true, *opsFlag, *diskFlag), *holdScaleFlag)
-			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.hold-scale=%g):\n%s",
-				s, s, *stepsFlag, *opsFlag, *diskFlag, *holdScaleFlag, DescribePlan(plan))
+			plan := ScaleHolds(Plan(s, *stepsFlag, draw), *holdScaleFlag)
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.delay=%t -nemesis.hold-scale=%g):\n%s",
+				s, s, *stepsFlag, draw.Ops, draw.Disk, draw.Delay, *holdScaleFlag, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
 				mu.Lock()

@@ -7,37 +7,43 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tenurehq/tenure/test/nemesis/check"
 )
 
-// Drop is one iptables rule on a node's INPUT chain: packets from From
+// Rule is one iptables rule on a node's INPUT chain: packets from From
 // are dropped (only UDP ones if UDP, only TCP ones to port TCPPort if it
-// is set; each with probability Prob if it is above 0).
-type Drop struct {
+// is set; each with probability Prob if it is above 0), or, if Delay, held
+// for the partition's delay and then let through (delayer).
+type Rule struct {
 	On, From string
 	UDP      bool
 	TCPPort  int
 	Prob     float64
+	Delay    bool
 }
 
 // peerPort is the port of every agent's peer transport (--peer-bind).
 const peerPort = 7947
 
-// Partition is a network fault between the agents' hosts, as the DROP
-// rules that make it. The store's host is never cut off.
+// Partition is a network fault between the agents' hosts, as the rules
+// that make it. The store's host is never cut off or delayed.
 type Partition struct {
-	Kind   string // halves, isolate, ring, bridge, one-way, udp, loss
+	Kind   string // halves, isolate, ring, bridge, one-way, udp, loss, delay, slow
 	Detail string // who is cut from whom, for the events and the report
-	Drops  []Drop
+	Rules  []Rule
+	// Delay is, for the rules with Delay, how long a packet is held on
+	// average (each between half and one and a half times it).
+	Delay time.Duration
 }
 
 // cutBoth drops every packet between each node of a and each of b.
-func cutBoth(a, b []string) []Drop {
-	var d []Drop
+func cutBoth(a, b []string) []Rule {
+	var d []Rule
 	for _, x := range a {
 		for _, y := range b {
-			d = append(d, Drop{On: x, From: y}, Drop{On: y, From: x})
+			d = append(d, Rule{On: x, From: y}, Rule{On: y, From: x})
 		}
 	}
 	return d
@@ -47,13 +53,13 @@ func cutBoth(a, b []string) []Drop {
 func Halves(nodes []string, rng *rand.Rand) Partition {
 	s := shuffled(nodes, rng)
 	a, b := s[:len(s)/2], s[len(s)/2:]
-	return Partition{Kind: "halves", Detail: side(a) + " | " + side(b), Drops: cutBoth(a, b)}
+	return Partition{Kind: "halves", Detail: side(a) + " | " + side(b), Rules: cutBoth(a, b)}
 }
 
 // Isolate cuts one node from all others.
 func Isolate(nodes []string, node string) Partition {
 	rest := without(nodes, node)
-	return Partition{Kind: "isolate", Detail: node + " | " + side(rest), Drops: cutBoth([]string{node}, rest)}
+	return Partition{Kind: "isolate", Detail: node + " | " + side(rest), Rules: cutBoth([]string{node}, rest)}
 }
 
 // Ring puts the nodes, shuffled, on a ring where each reaches only its
@@ -61,15 +67,15 @@ func Isolate(nodes []string, node string) Partition {
 // and no two see the same one.
 func Ring(nodes []string, rng *rand.Rand) Partition {
 	s := shuffled(nodes, rng)
-	var d []Drop
+	var d []Rule
 	for i, x := range s {
 		for j, y := range s {
 			if dist := (j - i + len(s)) % len(s); dist > 1 && dist < len(s)-1 {
-				d = append(d, Drop{On: x, From: y})
+				d = append(d, Rule{On: x, From: y})
 			}
 		}
 	}
-	return Partition{Kind: "ring", Detail: "ring " + strings.Join(s, "-") + "-" + s[0], Drops: d}
+	return Partition{Kind: "ring", Detail: "ring " + strings.Join(s, "-") + "-" + s[0], Rules: d}
 }
 
 // Bridge cuts the nodes but one, shuffled, into two halves that cannot
@@ -79,7 +85,7 @@ func Bridge(nodes []string, rng *rand.Rand) Partition {
 	b, rest := s[0], s[1:]
 	a, c := rest[:len(rest)/2], rest[len(rest)/2:]
 	return Partition{Kind: "bridge", Detail: fmt.Sprintf("%s | %s | %s, %s bridging", side(a), b, side(c), b),
-		Drops: cutBoth(a, c)}
+		Rules: cutBoth(a, c)}
 }
 
 // OneWay drops, on the hosts of one half, every packet from the other:
@@ -91,24 +97,24 @@ func OneWay(nodes []string, rng *rand.Rand) Partition {
 	if rng.IntN(2) == 0 {
 		from, to = to, from
 	}
-	var d []Drop
+	var d []Rule
 	for _, x := range to {
 		for _, y := range from {
-			d = append(d, Drop{On: x, From: y})
+			d = append(d, Rule{On: x, From: y})
 		}
 	}
-	return Partition{Kind: "one-way", Detail: side(from) + " -/-> " + side(to), Drops: d}
+	return Partition{Kind: "one-way", Detail: side(from) + " -/-> " + side(to), Rules: d}
 }
 
 // UDPCut drops the UDP packets between one node and all others, both
 // ways: gossip's probes fail while TCP (the peer port, memberlist's TCP
 // fallback probes and push-pull) works.
 func UDPCut(nodes []string, node string) Partition {
-	var d []Drop
+	var d []Rule
 	for _, x := range without(nodes, node) {
-		d = append(d, Drop{On: x, From: node, UDP: true}, Drop{On: node, From: x, UDP: true})
+		d = append(d, Rule{On: x, From: node, UDP: true}, Rule{On: node, From: x, UDP: true})
 	}
-	return Partition{Kind: "udp", Detail: node + " | " + side(without(nodes, node)) + ", UDP only", Drops: d}
+	return Partition{Kind: "udp", Detail: node + " | " + side(without(nodes, node)) + ", UDP only", Rules: d}
 }
 
 // CutBut cuts node from every other node but keep, which still reaches
@@ -116,7 +122,7 @@ func UDPCut(nodes []string, node string) Partition {
 func CutBut(nodes []string, node, keep string) Partition {
 	rest := without(without(nodes, node), keep)
 	return Partition{Kind: "cut-but", Detail: fmt.Sprintf("%s | %s, %s reaching both", node, side(rest), keep),
-		Drops: cutBoth([]string{node}, rest)}
+		Rules: cutBoth([]string{node}, rest)}
 }
 
 // PeerCutBut cuts node's peer transport (TCP to the peer port, both
@@ -125,22 +131,45 @@ func CutBut(nodes []string, node, keep string) Partition {
 // voter's peer port.
 func PeerCutBut(nodes []string, node, keep string) Partition {
 	rest := without(without(nodes, node), keep)
-	var d []Drop
+	var d []Rule
 	for _, y := range rest {
-		d = append(d, Drop{On: node, From: y, TCPPort: peerPort}, Drop{On: y, From: node, TCPPort: peerPort})
+		d = append(d, Rule{On: node, From: y, TCPPort: peerPort}, Rule{On: y, From: node, TCPPort: peerPort})
 	}
-	return Partition{Kind: "peer-cut-but", Detail: fmt.Sprintf("%s | %s (peer port), %s reaching both", node, side(rest), keep), Drops: d}
+	return Partition{Kind: "peer-cut-but", Detail: fmt.Sprintf("%s | %s (peer port), %s reaching both", node, side(rest), keep), Rules: d}
 }
 
 // Loss drops each packet between any two nodes with probability p.
 func Loss(nodes []string, p float64) Partition {
-	var d []Drop
+	var d []Rule
 	for _, x := range nodes {
 		for _, y := range without(nodes, x) {
-			d = append(d, Drop{On: x, From: y, Prob: p})
+			d = append(d, Rule{On: x, From: y, Prob: p})
 		}
 	}
-	return Partition{Kind: "loss", Detail: fmt.Sprintf("%.0f%% of packets between agents dropped", p*100), Drops: d}
+	return Partition{Kind: "loss", Detail: fmt.Sprintf("%.0f%% of packets between agents dropped", p*100), Rules: d}
+}
+
+// Delay holds every packet between any two nodes for about d (each
+// between d/2 and 3d/2, so packets also overtake each other).
+func Delay(nodes []string, d time.Duration) Partition {
+	var r []Rule
+	for _, x := range nodes {
+		for _, y := range without(nodes, x) {
+			r = append(r, Rule{On: x, From: y, Delay: true})
+		}
+	}
+	return Partition{Kind: "delay", Detail: fmt.Sprintf("packets between agents delayed by %v ±%v", d, d/2), Rules: r, Delay: d}
+}
+
+// Slow holds every packet to and from node for about d, as Delay does: a
+// slow host or a congested link, which nothing reports failed.
+func Slow(nodes []string, node string, d time.Duration) Partition {
+	var r []Rule
+	for _, x := range without(nodes, node) {
+		r = append(r, Rule{On: x, From: node, Delay: true}, Rule{On: node, From: x, Delay: true})
+	}
+	return Partition{Kind: "slow", Detail: fmt.Sprintf("%s's packets to and from all others delayed by %v ±%v", node, d, d/2),
+		Rules: r, Delay: d}
 }
 
 // Partition records p and applies it: each node's INPUT chain is replaced
@@ -149,38 +178,65 @@ func (c *Cluster) Partition(p Partition) error {
 	if _, err := c.events.Record(check.EventPartition, nil, p.Kind+": "+p.Detail); err != nil {
 		return err
 	}
-	return c.setRules(p.Drops)
+	if slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Delay }) {
+		if err := c.delays.bind(c.hosts()...); err != nil {
+			return err
+		}
+	}
+	c.delays.set(p.Delay)
+	return c.setRules(p.Rules)
 }
 
-// HealNetwork empties every node's INPUT chain.
-func (c *Cluster) HealNetwork() error { return c.setRules(nil) }
+// HealNetwork empties every node's INPUT chain. The packets a delay
+// holds arrive at once: the network is whole after a heal, with nothing
+// older in flight.
+func (c *Cluster) HealNetwork() error {
+	held, lost := c.delays.set(0)
+	err := c.setRules(nil)
+	if held > 0 {
+		lost += c.delays.lost.Swap(0)
+		c.cfg.Logger.Info("the delay fault is over", "packets_held", held, "dropped_by_the_kernel", lost)
+	}
+	return err
+}
 
-func (c *Cluster) setRules(drops []Drop) error {
+// setRules replaces every node's INPUT chain by rules' for it, letting
+// through first what a delay holds.
+func (c *Cluster) setRules(rules []Rule) error {
+	c.delays.release()
 	for _, n := range c.nodes {
 		var b strings.Builder
-		b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n")
-		for _, d := range drops {
-			if d.On != n.Name {
+		b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n-F INPUT\n")
+		for _, r := range rules {
+			if r.On != n.Name {
 				continue
 			}
-			from := c.Node(d.From)
+			from := c.Node(r.From)
 			if from == nil {
-				return fmt.Errorf("nemesis: partition names unknown node %q", d.From)
+				return fmt.Errorf("nemesis: partition names unknown node %q", r.From)
 			}
 			fmt.Fprintf(&b, "-A INPUT -s %s/32", from.Host.Addr)
 			switch {
-			case d.UDP:
+			case r.UDP:
 				b.WriteString(" -p udp")
-			case d.TCPPort != 0:
-				fmt.Fprintf(&b, " -p tcp --dport %d", d.TCPPort)
+			case r.TCPPort != 0:
+				fmt.Fprintf(&b, " -p tcp --dport %d", r.TCPPort)
 			}
-			if d.Prob > 0 {
-				fmt.Fprintf(&b, " -m statistic --mode random --probability %.3f", d.Prob)
+			if r.Prob > 0 {
+				fmt.Fprintf(&b, " -m statistic --mode random --probability %.3f", r.Prob)
 			}
-			b.WriteString(" -j DROP\n")
+			if r.Delay {
+				fmt.Fprintf(&b, " -j NFQUEUE --queue-num %d --queue-bypass\n", delayQueue)
+			} else {
+				b.WriteString(" -j DROP\n")
+			}
 		}
 		b.WriteString("COMMIT\n")
-		cmd := n.Host.Command("iptables-restore", "-w") // wait for the xtables lock, which runs side by side share under iptables-legacy
+		// -w waits for the xtables lock, which runs side by side share
+		// under iptables-legacy. --noflush with -F INPUT empties the chain
+		// and keeps it: made anew, its hook would be too, and the kernel
+		// would drop the packets a delay queued through it.
+		cmd := n.Host.Command("iptables-restore", "-w", "--noflush")
 		cmd.Stdin = strings.NewReader(b.String())
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("nemesis: iptables-restore on %s: %w: %s", n.Name, err, out)

@@ -38,6 +38,7 @@ type stepJSON struct {
 	Kind     string  `json:"kind"`
 	HoldMS   int64   `json:"hold_ms,omitempty"`
 	Loss     float64 `json:"loss,omitempty"`
+	DelayMS  int64   `json:"delay_ms,omitempty"`
 	What     string  `json:"what"`
 	StableMS int64   `json:"stable_ms"`
 	Unstable string  `json:"unstable,omitempty"`
@@ -51,7 +52,7 @@ func (r *Result) write(o RunOptions) error {
 		Crashed: r.Crashed, StopErr: r.StopErr, ElapsedMS: r.Elapsed.Milliseconds(), LateRequests: r.LateRequests, Check: r.Report}
 	for _, s := range r.Steps {
 		rep.Steps = append(rep.Steps, stepJSON{Kind: s.Step.Kind, HoldMS: s.Step.Hold.Milliseconds(), Loss: s.Step.Loss,
-			What: s.What, StableMS: s.Stable.Milliseconds(), Unstable: s.Unstable, Refused: s.Refused})
+			DelayMS: s.Step.Delay.Milliseconds(), What: s.What, StableMS: s.Stable.Milliseconds(), Unstable: s.Unstable, Refused: s.Refused})
 	}
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {

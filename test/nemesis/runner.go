@@ -66,7 +66,7 @@ func (c *Cluster) fault(s Step) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p, ok := c.network(s.Kind, s.Loss, target, rng)
+	p, ok := c.network(s.Kind, s, target, rng)
 	if !ok {
 		return c.processFault(s, target, rng)
 	}
@@ -74,16 +74,21 @@ func (c *Cluster) fault(s Step) (string, error) {
 		return "", err
 	}
 	time.Sleep(s.Hold)
+	detail := p.Detail
+	if p.Delay > 0 {
+		detail += fmt.Sprintf(" (%d packets held)", c.delays.held.Load())
+	}
 	if err := c.HealNetwork(); err != nil {
 		return "", err
 	}
-	return p.Detail, c.Heal("network whole")
+	return detail, c.Heal("network whole")
 }
 
-// network is the partition of a network fault of kind (loss its drop
-// probability, target the node an isolation or UDP cut hits); false when
-// kind is not a network fault.
-func (c *Cluster) network(kind string, loss float64, target *Node, rng *rand.Rand) (Partition, bool) {
+// network is the partition of a network fault of kind, s's or the one it
+// is under (s.Loss its drop probability, s.Delay its delay; target the
+// node an isolation, a UDP cut or a slow link hits); false when kind is
+// not a network fault.
+func (c *Cluster) network(kind string, s Step, target *Node, rng *rand.Rand) (Partition, bool) {
 	all := names(c.nodes)
 	switch kind {
 	case FaultHalves:
@@ -99,7 +104,11 @@ func (c *Cluster) network(kind string, loss float64, target *Node, rng *rand.Ran
 	case FaultUDP:
 		return UDPCut(all, target.Name), true
 	case FaultLoss:
-		return Loss(all, loss), true
+		return Loss(all, s.Loss), true
+	case FaultDelay:
+		return Delay(all, s.Delay), true
+	case FaultSlow:
+		return Slow(all, target.Name, s.Delay), true
 	}
 	return Partition{}, false
 }
@@ -275,7 +284,7 @@ func (c *Cluster) underFault(s Step, rng *rand.Rand, leader, node, to *Node) (st
 	if s.Under == FaultDiskStepDown {
 		return c.diskStepDown(s, leader)
 	}
-	p, ok := c.network(s.Under, s.Loss, leader, rng)
+	p, ok := c.network(s.Under, s, leader, rng)
 	if s.Under == FaultCutSuccessor {
 		successor := to // a transfer's; a resign names the next highest
 		if s.Kind != FaultTransfer {

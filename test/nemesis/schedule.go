@@ -19,6 +19,8 @@ const (
 	FaultOneWay    = "one-way"        // one half's packets dropped by the other
 	FaultUDP       = "udp-cut"        // the leader's UDP cut both ways, TCP works
 	FaultLoss      = "loss"           // random packet loss between all agents
+	FaultDelay     = "delay"          // every packet between agents delayed, and reordered
+	FaultSlow      = "slow-leader"    // the leader's packets to and from all others delayed
 	FaultKill      = "kill"           // kill -9 of a node, restarted with its data dir
 	FaultWipe      = "kill-wipe"      // kill -9 of a node, restarted with an empty data dir
 	FaultPause     = "pause"          // SIGSTOP of the leader's agent for 3, 8, 15 or 30 s
@@ -77,8 +79,17 @@ var drawn = []string{FaultHalves, FaultIsolate, FaultRing, FaultBridge, FaultOne
 // too.
 var diskDrawn = []string{FaultDiskFull}
 
+// delayDrawn are the kinds a plan with delays adds to the draw, after
+// the full disks, alone and under operator actions.
+var delayDrawn = []string{FaultDelay, FaultSlow}
+
 // losses are the drop probabilities a loss is drawn with.
 var losses = []float64{0.05, 0.15, 0.3}
+
+// delays are the mean delays a delay or a slow leader is drawn with:
+// about a LAN's and a WAN's round trips, a fifth of the default lease
+// TTL, and three quarters of it.
+var delays = []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 
 // PauseLengths are the fixed lengths of a pause of the leader's agent.
 var PauseLengths = []time.Duration{3 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second}
@@ -91,12 +102,14 @@ type Step struct {
 	Hold time.Duration
 	// Loss is the drop probability of a loss step.
 	Loss float64
+	// Delay is the mean delay of a delay or slow-leader step.
+	Delay time.Duration
 	// Pick seeds the choices made when the step runs: which nodes, on
 	// which side. Who leads then is the cluster's doing.
 	Pick uint64
 	// Under is, for an operator's action, the fault (one of underDrawn)
 	// held while the operator acts, for Hold; empty for none. Loss is its
-	// drop probability when it is a loss.
+	// drop probability when it is a loss, Delay its delay when it delays.
 	Under string
 	// OnSuccessor makes the kill or pause of a transfer or a resign hit
 	// the successor its RESIGN names (for a transfer the named node, the
@@ -144,8 +157,11 @@ func (s Step) String() string {
 		return s.bare()
 	}
 	under := s.Under
-	if s.Under == FaultLoss {
+	switch s.Under {
+	case FaultLoss:
 		under = fmt.Sprintf("%s %.0f%%", s.Under, s.Loss*100)
+	case FaultDelay, FaultSlow:
+		under = fmt.Sprintf("%s %v", s.Under, s.Delay)
 	}
 	if s.Kind == FaultTransfer || s.UnderHold > 0 { // the bare form shows no hold, or another
 		under += fmt.Sprintf(" for %v", s.underHold())
@@ -162,31 +178,50 @@ func (s Step) bare() string {
 		return fmt.Sprintf("%s --hold %v", s.Kind, s.Hold)
 	case s.Kind == FaultLoss:
 		return fmt.Sprintf("%s %.0f%% for %v", s.Kind, s.Loss*100, s.Hold)
+	case s.Kind == FaultDelay || s.Kind == FaultSlow:
+		return fmt.Sprintf("%s %v for %v", s.Kind, s.Delay, s.Hold)
 	}
 	return fmt.Sprintf("%s for %v", s.Kind, s.Hold)
 }
 
-// Plan draws a schedule of steps from seed: the same seed gives the same
-// steps. Partitions and kills hold 2–10 s, pauses their fixed lengths,
-// pauses of a host 3, 8 or 15 s, a restart of all 1–5 s. With ops the
-// operator actions are drawn too, each as likely as a fault (stops and
-// drains hold 2–10 s, a resign's --hold is 2–10 s), half of them under a
-// network fault, a kill or a pause held as long; without, a seed gives
-// the plan it gave before they existed. With disk, full disks (held 2–10
-// s) are drawn too, alone and under operator actions; without, a seed
-// gives the plan it gave before they existed.
-func Plan(seed uint64, steps int, join, ops, disk bool) []Step {
+// Draw says what a plan draws beyond the faults that every plan draws
+// from (the network faults but delays, kills, pauses and a restart of
+// all). Each kind was added after seeds had been recorded; without it, a
+// seed gives the plan it gave before the kind existed.
+type Draw struct {
+	// Join replaces one step, at random, by a sixth node joining.
+	Join bool
+	// Ops draws the operator actions too, each as likely as a fault
+	// (stops and drains hold 2–10 s, a resign's --hold is 2–10 s), half
+	// of them under a network fault, a kill or a pause held as long.
+	Ops bool
+	// Disk draws full disks (held 2–10 s), alone and under operator
+	// actions.
+	Disk bool
+	// Delay draws delays of every link and of the leader's links
+	// (held 2–10 s), alone and under operator actions.
+	Delay bool
+}
+
+// Plan draws a schedule of steps from seed: the same seed and draw give
+// the same steps. Partitions and kills hold 2–10 s, pauses their fixed
+// lengths, pauses of a host 3, 8 or 15 s, a restart of all 1–5 s.
+func Plan(seed uint64, steps int, d Draw) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
 	kinds, under := drawn, underDrawn
-	if ops {
+	if d.Ops {
 		kinds = append(slices.Clip(drawn), operatorDrawn...)
 	}
-	if disk {
+	if d.Disk {
 		kinds = append(slices.Clip(kinds), diskDrawn...)
-		under = append(slices.Clip(underDrawn), diskDrawn...)
+		under = append(slices.Clip(under), diskDrawn...)
+	}
+	if d.Delay {
+		kinds = append(slices.Clip(kinds), delayDrawn...)
+		under = append(slices.Clip(under), delayDrawn...)
 	}
 	joinAt := -1
-	if join && steps > 1 {
+	if d.Join && steps > 1 {
 		joinAt = 1 + rng.IntN(steps-1)
 	}
 	var plan []Step
@@ -201,11 +236,16 @@ func Plan(seed uint64, steps int, join, ops, disk bool) []Step {
 			s.Hold = time.Duration(1000+rng.IntN(4001)) * time.Millisecond
 		case FaultLoss:
 			s.Loss = losses[rng.IntN(len(losses))]
+		case FaultDelay, FaultSlow:
+			s.Delay = delays[rng.IntN(len(delays))]
 		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
 			if rng.IntN(2) == 0 {
 				s.Under = under[rng.IntN(len(under))]
-				if s.Under == FaultLoss {
+				switch s.Under {
+				case FaultLoss:
 					s.Loss = losses[rng.IntN(len(losses))]
+				case FaultDelay, FaultSlow:
+					s.Delay = delays[rng.IntN(len(delays))]
 				}
 			}
 		}

@@ -13,10 +13,10 @@ import (
 
 var five = []string{"h1", "h2", "h3", "h4", "h5"}
 
-// reaches reports whether packets from a arrive at b under p (loss and
-// UDP-only drops count as reaching).
+// reaches reports whether packets from a arrive at b under p (loss,
+// UDP-only drops and delays count as reaching).
 func reaches(p Partition, a, b string) bool {
-	return !slices.ContainsFunc(p.Drops, func(d Drop) bool { return d.On == b && d.From == a && !d.UDP && d.Prob == 0 })
+	return !slices.ContainsFunc(p.Rules, func(d Rule) bool { return d.On == b && d.From == a && !d.UDP && d.Prob == 0 && !d.Delay })
 }
 
 // sees lists the nodes node exchanges packets with both ways.
@@ -123,33 +123,59 @@ func TestOneWayDropsOneDirectionOnly(t *testing.T) {
 
 func TestUDPCutAndLossLeaveTCP(t *testing.T) {
 	u := UDPCut(five, "h2")
-	if len(u.Drops) != 8 || slices.ContainsFunc(u.Drops, func(d Drop) bool { return !d.UDP || (d.On != "h2" && d.From != "h2") }) {
-		t.Fatalf("UDP cut of h2: %+v", u.Drops)
+	if len(u.Rules) != 8 || slices.ContainsFunc(u.Rules, func(d Rule) bool { return !d.UDP || (d.On != "h2" && d.From != "h2") }) {
+		t.Fatalf("UDP cut of h2: %+v", u.Rules)
 	}
 	l := Loss(five, 0.15)
-	if len(l.Drops) != 20 || slices.ContainsFunc(l.Drops, func(d Drop) bool { return d.Prob != 0.15 || d.UDP }) {
-		t.Fatalf("loss: %+v", l.Drops)
+	if len(l.Rules) != 20 || slices.ContainsFunc(l.Rules, func(d Rule) bool { return d.Prob != 0.15 || d.UDP }) {
+		t.Fatalf("loss: %+v", l.Rules)
 	}
 }
+
+func TestDelaysCutNothing(t *testing.T) {
+	d := Delay(five, 400*time.Millisecond)
+	s := Slow(five, "h3", 400*time.Millisecond)
+	for _, p := range []Partition{d, s} {
+		if p.Delay != 400*time.Millisecond || slices.ContainsFunc(p.Rules, func(r Rule) bool { return !r.Delay || r.UDP || r.TCPPort != 0 || r.Prob != 0 }) {
+			t.Fatalf("%s: %+v", p.Detail, p)
+		}
+		for _, a := range five {
+			for _, b := range five {
+				if a != b && !reaches(p, a, b) {
+					t.Fatalf("%s: %s does not reach %s", p.Detail, a, b)
+				}
+			}
+		}
+	}
+	if len(d.Rules) != 20 {
+		t.Fatalf("delay: %d rules, want one per ordered pair: %+v", len(d.Rules), d.Rules)
+	}
+	if len(s.Rules) != 8 || slices.ContainsFunc(s.Rules, func(r Rule) bool { return r.On != "h3" && r.From != "h3" }) {
+		t.Fatalf("slow h3: %+v", s.Rules)
+	}
+}
+
+// all draws every kind.
+var all = Draw{Join: true, Ops: true, Disk: true, Delay: true}
 
 // TestPlanReplaysItsSeed: a seed gives the same plan every time; holds
 // stay in their ranges; one join, never first; over many seeds every
 // fault and operator action is drawn.
 func TestPlanReplaysItsSeed(t *testing.T) {
-	if !reflect.DeepEqual(Plan(42, 8, true, true, true), Plan(42, 8, true, true, true)) {
+	if !reflect.DeepEqual(Plan(42, 8, all), Plan(42, 8, all)) {
 		t.Fatal("seed 42 gave two plans")
 	}
-	if reflect.DeepEqual(Plan(42, 8, true, true, true), Plan(43, 8, true, true, true)) {
+	if reflect.DeepEqual(Plan(42, 8, all), Plan(43, 8, all)) {
 		t.Fatal("seeds 42 and 43 gave the same plan")
 	}
 	kinds := map[string]int{}
 	for seed := range uint64(400) {
-		plan := Plan(seed, 6, true, true, true)
+		plan := Plan(seed, 6, all)
 		joins := 0
 		for i, s := range plan {
 			kinds[s.Kind]++
 			if s.Under != "" {
-				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(underDrawn, s.Under) && !slices.Contains(diskDrawn, s.Under) {
+				if !slices.Contains(operatorDrawn, s.Kind) || !slices.Contains(slices.Concat(underDrawn, diskDrawn, delayDrawn), s.Under) {
 					t.Fatalf("seed %d: %s", seed, s)
 				}
 				kinds["under "+s.Under]++
@@ -172,8 +198,8 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Concat(drawn, operatorDrawn, diskDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
-		"under "+FaultKill, "under "+FaultPause, "under "+FaultDiskFull) {
+	for _, k := range append(slices.Concat(drawn, operatorDrawn, diskDrawn, delayDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
+		"under "+FaultKill, "under "+FaultPause, "under "+FaultDiskFull, "under "+FaultDelay, "under "+FaultSlow) {
 		if kinds[k] == 0 {
 			t.Errorf("%s never drawn in 400 plans", k)
 		}
@@ -185,7 +211,7 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 // docs/RELIABILITY.md replay with -nemesis.ops=false.
 func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
 	var got []string
-	for _, s := range Plan(4010, 4, true, false, false) {
+	for _, s := range Plan(4010, 4, Draw{Join: true}) {
 		got = append(got, s.String())
 	}
 	want := []string{"isolate-leader for 8.268s", "ring for 4.189s", "join", "udp-cut for 6.801s"}
@@ -193,8 +219,8 @@ func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
 		t.Fatalf("seed 4010 without operators: got %q, want %q", got, want)
 	}
 	for seed := range uint64(200) {
-		for _, s := range Plan(seed, 6, true, false, false) {
-			if slices.Contains(operatorDrawn, s.Kind) || s.Kind == FaultDiskFull {
+		for _, s := range Plan(seed, 6, Draw{Join: true}) {
+			if slices.Contains(operatorDrawn, s.Kind) || s.Kind == FaultDiskFull || slices.Contains(delayDrawn, s.Kind) {
 				t.Fatalf("seed %d: %s drawn without operators and disk faults", seed, s)
 			}
 		}
@@ -207,14 +233,14 @@ func TestPlanWithoutOperatorsKeepsOldSeeds(t *testing.T) {
 // -nemesis.disk=false.
 func TestPlanWithoutDiskFaultsKeepsOldSeeds(t *testing.T) {
 	for seed := range uint64(200) {
-		for _, s := range Plan(seed, 6, true, true, false) {
+		for _, s := range Plan(seed, 6, Draw{Join: true, Ops: true}) {
 			if s.Kind == FaultDiskFull || s.Under == FaultDiskFull {
 				t.Fatalf("seed %d: %s drawn without disk faults", seed, s)
 			}
 		}
 	}
 	var got []string
-	for _, s := range Plan(5836, 6, true, true, false) {
+	for _, s := range Plan(5836, 6, Draw{Join: true, Ops: true}) {
 		got = append(got, s.String())
 	}
 	want := []string{"resign --hold 8.342s under loss 5%", "halves for 5.723s", "drain for 9.709s",
@@ -224,10 +250,45 @@ func TestPlanWithoutDiskFaultsKeepsOldSeeds(t *testing.T) {
 	}
 }
 
+// TestPlanWithoutDelaysKeepsOldSeeds: without delays a seed gives the
+// plan it gave before they were added (with operator actions and disk
+// faults), so the seeds recorded in docs/RELIABILITY.md replay with
+// -nemesis.delay=false; with them, delays have their drawn means.
+func TestPlanWithoutDelaysKeepsOldSeeds(t *testing.T) {
+	withDelays := 0
+	for seed := range uint64(200) {
+		for _, s := range Plan(seed, 6, Draw{Join: true, Ops: true, Disk: true}) {
+			if slices.Contains(delayDrawn, s.Kind) || slices.Contains(delayDrawn, s.Under) || s.Delay != 0 {
+				t.Fatalf("seed %d: %s drawn without delays", seed, s)
+			}
+		}
+		for _, s := range Plan(seed, 6, all) {
+			delayed := slices.Contains(delayDrawn, s.Kind) || slices.Contains(delayDrawn, s.Under)
+			if delayed != slices.Contains(delays, s.Delay) {
+				t.Fatalf("seed %d: %s has delay %v", seed, s, s.Delay)
+			}
+			if delayed {
+				withDelays++
+			}
+		}
+	}
+	if withDelays == 0 {
+		t.Fatal("no delay drawn in 200 plans")
+	}
+	var got []string
+	for _, s := range Plan(6290, 6, Draw{Join: true, Ops: true, Disk: true}) {
+		got = append(got, s.String())
+	}
+	want := []string{"pause-host for 8s", "disk-full for 6.419s", "bridge for 6.152s", "disk-full for 3.104s", "join", "kill for 3.304s"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("seed 6290 without delays: got %q, want %q", got, want)
+	}
+}
+
 // TestScaleHoldsKeepsTheDraw: a plan's holds scaled are the same faults,
 // on the same picks, held f times as long.
 func TestScaleHoldsKeepsTheDraw(t *testing.T) {
-	plan := Plan(8569, 6, true, true, true)
+	plan := Plan(8569, 6, all)
 	plan = append(plan, Step{Kind: FaultResign, Hold: 3 * time.Second, Under: FaultPause, UnderHold: 5 * time.Second})
 	drawn := slices.Clone(plan)
 	scaled := ScaleHolds(plan, 3)
