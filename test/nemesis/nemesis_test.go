@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ var (
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	delayFlag     = flag.Bool("nemesis.delay", true, "draw delays (every link's, the leader's links') beside the faults and under operator actions; false replays seeds recorded before they existed, and is taken where the kernel has no netfilter queues unless this is set")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
+	onlyFlag      = flag.String("nemesis.only", "", "comma-separated fault kinds and operator actions a random schedule draws only (delay,slow-leader,transfer, say), also as the faults actions run under; empty draws every kind the other flags allow")
 	holdScaleFlag = flag.Float64("nemesis.hold-scale", 1, "multiplies how long every fault of a random schedule is held (the same faults are drawn); 3 lets a LAN run's partitions outlast the suspicions on both sides")
 	logLevelFlag  = flag.String("nemesis.agent-log-level", "", "the agents' --log-level (debug shows serf's and memberlist's own messages); empty keeps their default, info")
 	boundFlag     = flag.Duration("nemesis.election-bound", DefaultElectionBound, "liveness: after each heal a node must hold a lease within TTL plus this")
@@ -180,12 +182,23 @@ func TestSchedules(t *testing.T) {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
 	draw := Draw{Join: true, Ops: *opsFlag, Disk: *diskFlag, Delay: *delayFlag}
+	if *onlyFlag != "" {
+		draw.Only = strings.Split(*onlyFlag, ",")
+	}
 	if err := DelayAvailable(); err != nil && draw.Delay {
 		if flagSet("nemesis.delay") {
 			t.Fatalf("%v (-nemesis.delay=false draws none)", err)
 		}
 		t.Logf("%v: no delays drawn (as -nemesis.delay=false)", err)
 		draw.Delay = false
+	}
+	if err := draw.Check(); err != nil {
+		t.Fatalf("-nemesis.only=%s: %v", *onlyFlag, err)
+	}
+	replay := fmt.Sprintf("-nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.delay=%t -nemesis.hold-scale=%g",
+		*stepsFlag, draw.Ops, draw.Disk, draw.Delay, *holdScaleFlag)
+	if *onlyFlag != "" {
+		replay += " -nemesis.only=" + *onlyFlag
 	}
 	var (
 		mu    sync.Mutex
@@ -197,8 +210,7 @@ func TestSchedules(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
 			t.Parallel()
 			plan := ScaleHolds(Plan(s, *stepsFlag, draw), *holdScaleFlag)
-			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 -nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.delay=%t -nemesis.hold-scale=%g):\n%s",
-				s, s, *stepsFlag, draw.Ops, draw.Disk, draw.Delay, *holdScaleFlag, DescribePlan(plan))
+			t.Logf("schedule of seed %d (replay: -nemesis.seed=%d -nemesis.schedules=1 %s):\n%s", s, s, replay, DescribePlan(plan))
 			res := runChecked(t, RunOptions{Cluster: Config{Bin: bin}, Seed: s, Plan: plan})
 			if res != nil {
 				mu.Lock()

@@ -201,14 +201,17 @@ type Draw struct {
 	// Delay draws delays of every link and of the leader's links
 	// (held 2–10 s), alone and under operator actions.
 	Delay bool
+	// Only, when not empty, keeps of the kinds the fields above draw
+	// only these, as steps and as the faults operator actions run under
+	// (an action with none of those left runs bare): a soak aimed at a
+	// few faults. A seed gives another plan with it than without.
+	Only []string
 }
 
-// Plan draws a schedule of steps from seed: the same seed and draw give
-// the same steps. Partitions and kills hold 2–10 s, pauses their fixed
-// lengths, pauses of a host 3, 8 or 15 s, a restart of all 1–5 s.
-func Plan(seed uint64, steps int, d Draw) []Step {
-	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
-	kinds, under := drawn, underDrawn
+// kinds are the kinds d draws as steps, and the faults it draws operator
+// actions under.
+func (d Draw) kinds() (kinds, under []string) {
+	kinds, under = drawn, underDrawn
 	if d.Ops {
 		kinds = append(slices.Clip(drawn), operatorDrawn...)
 	}
@@ -220,6 +223,34 @@ func Plan(seed uint64, steps int, d Draw) []Step {
 		kinds = append(slices.Clip(kinds), delayDrawn...)
 		under = append(slices.Clip(under), delayDrawn...)
 	}
+	if len(d.Only) > 0 {
+		left := func(k string) bool { return !slices.Contains(d.Only, k) }
+		kinds = slices.DeleteFunc(slices.Clone(kinds), left)
+		under = slices.DeleteFunc(slices.Clone(under), left)
+	}
+	return kinds, under
+}
+
+// Check reports a kind in Only that d does not draw (unknown, or left
+// out by the fields above).
+func (d Draw) Check() error {
+	all := Draw{Ops: d.Ops, Disk: d.Disk, Delay: d.Delay}
+	kinds, _ := all.kinds()
+	for _, k := range d.Only {
+		if !slices.Contains(kinds, k) {
+			return fmt.Errorf("nemesis: %q is not a kind this plan draws (%s)", k, strings.Join(kinds, ", "))
+		}
+	}
+	return nil
+}
+
+// Plan draws a schedule of steps from seed: the same seed and draw give
+// the same steps (d.Check must pass). Partitions and kills hold 2–10 s,
+// pauses their fixed lengths, pauses of a host 3, 8 or 15 s, a restart of
+// all 1–5 s.
+func Plan(seed uint64, steps int, d Draw) []Step {
+	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
+	kinds, under := d.kinds()
 	joinAt := -1
 	if d.Join && steps > 1 {
 		joinAt = 1 + rng.IntN(steps-1)
@@ -239,7 +270,7 @@ func Plan(seed uint64, steps int, d Draw) []Step {
 		case FaultDelay, FaultSlow:
 			s.Delay = delays[rng.IntN(len(delays))]
 		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
-			if rng.IntN(2) == 0 {
+			if rng.IntN(2) == 0 && len(under) > 0 {
 				s.Under = under[rng.IntN(len(under))]
 				switch s.Under {
 				case FaultLoss:

@@ -285,6 +285,40 @@ func TestPlanWithoutDelaysKeepsOldSeeds(t *testing.T) {
 	}
 }
 
+// TestPlanOnlyDrawsTheKindsNamed: with Only, every step and every fault
+// an action runs under is one of the kinds named (an action with none
+// left runs bare), every kind named is drawn, and a kind the draw does
+// not allow is refused.
+func TestPlanOnlyDrawsTheKindsNamed(t *testing.T) {
+	for _, only := range [][]string{{FaultDelay, FaultSlow, FaultTransfer}, {FaultTransfer, FaultDrain}, {FaultKill}} {
+		d := all
+		d.Join, d.Only = false, only
+		if err := d.Check(); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for seed := range uint64(200) {
+			for _, s := range Plan(seed, 6, d) {
+				if !slices.Contains(only, s.Kind) || s.Under != "" && !slices.Contains(only, s.Under) {
+					t.Fatalf("only %v, seed %d: %s", only, seed, s)
+				}
+				seen[s.Kind] = true
+			}
+		}
+		for _, k := range only {
+			if !seen[k] {
+				t.Errorf("only %v: %s never drawn in 200 plans", only, k)
+			}
+		}
+	}
+	if err := (Draw{Ops: true, Only: []string{FaultDelay}}).Check(); err == nil {
+		t.Error("only delay, without delays drawn: no error")
+	}
+	if err := (Draw{Ops: true, Only: []string{"partition"}}).Check(); err == nil {
+		t.Error("only an unknown kind: no error")
+	}
+}
+
 // TestScaleHoldsKeepsTheDraw: a plan's holds scaled are the same faults,
 // on the same picks, held f times as long.
 func TestScaleHoldsKeepsTheDraw(t *testing.T) {
