@@ -39,11 +39,31 @@ type Partition struct {
 }
 
 // cutBoth drops every packet between each node of a and each of b.
-func cutBoth(a, b []string) []Rule {
+func cutBoth(a, b []string) []Rule { return bothWays(a, b, Rule{}) }
+
+// bothWays applies rule r (its On and From set here) to the packets
+// between each node of a and each of b, both ways.
+func bothWays(a, b []string, r Rule) []Rule {
 	var d []Rule
 	for _, x := range a {
 		for _, y := range b {
-			d = append(d, Rule{On: x, From: y}, Rule{On: y, From: x})
+			to, from := r, r
+			to.On, to.From = y, x
+			from.On, from.From = x, y
+			d = append(d, from, to)
+		}
+	}
+	return d
+}
+
+// everyPair applies rule r (its On and From set here) to the packets
+// between any two of nodes.
+func everyPair(nodes []string, r Rule) []Rule {
+	var d []Rule
+	for _, x := range nodes {
+		for _, y := range without(nodes, x) {
+			r.On, r.From = x, y
+			d = append(d, r)
 		}
 	}
 	return d
@@ -110,11 +130,9 @@ func OneWay(nodes []string, rng *rand.Rand) Partition {
 // ways: gossip's probes fail while TCP (the peer port, memberlist's TCP
 // fallback probes and push-pull) works.
 func UDPCut(nodes []string, node string) Partition {
-	var d []Rule
-	for _, x := range without(nodes, node) {
-		d = append(d, Rule{On: x, From: node, UDP: true}, Rule{On: node, From: x, UDP: true})
-	}
-	return Partition{Kind: "udp", Detail: node + " | " + side(without(nodes, node)) + ", UDP only", Rules: d}
+	rest := without(nodes, node)
+	return Partition{Kind: "udp", Detail: node + " | " + side(rest) + ", UDP only",
+		Rules: bothWays([]string{node}, rest, Rule{UDP: true})}
 }
 
 // CutBut cuts node from every other node but keep, which still reaches
@@ -131,45 +149,28 @@ func CutBut(nodes []string, node, keep string) Partition {
 // voter's peer port.
 func PeerCutBut(nodes []string, node, keep string) Partition {
 	rest := without(without(nodes, node), keep)
-	var d []Rule
-	for _, y := range rest {
-		d = append(d, Rule{On: node, From: y, TCPPort: peerPort}, Rule{On: y, From: node, TCPPort: peerPort})
-	}
-	return Partition{Kind: "peer-cut-but", Detail: fmt.Sprintf("%s | %s (peer port), %s reaching both", node, side(rest), keep), Rules: d}
+	return Partition{Kind: "peer-cut-but", Detail: fmt.Sprintf("%s | %s (peer port), %s reaching both", node, side(rest), keep),
+		Rules: bothWays([]string{node}, rest, Rule{TCPPort: peerPort})}
 }
 
 // Loss drops each packet between any two nodes with probability p.
 func Loss(nodes []string, p float64) Partition {
-	var d []Rule
-	for _, x := range nodes {
-		for _, y := range without(nodes, x) {
-			d = append(d, Rule{On: x, From: y, Prob: p})
-		}
-	}
-	return Partition{Kind: "loss", Detail: fmt.Sprintf("%.0f%% of packets between agents dropped", p*100), Rules: d}
+	return Partition{Kind: "loss", Detail: fmt.Sprintf("%.0f%% of packets between agents dropped", p*100),
+		Rules: everyPair(nodes, Rule{Prob: p})}
 }
 
 // Delay holds every packet between any two nodes for about d (each
 // between d/2 and 3d/2, so packets also overtake each other).
 func Delay(nodes []string, d time.Duration) Partition {
-	var r []Rule
-	for _, x := range nodes {
-		for _, y := range without(nodes, x) {
-			r = append(r, Rule{On: x, From: y, Delay: true})
-		}
-	}
-	return Partition{Kind: "delay", Detail: fmt.Sprintf("packets between agents delayed by %v ±%v", d, d/2), Rules: r, Delay: d}
+	return Partition{Kind: "delay", Detail: fmt.Sprintf("packets between agents delayed by %v ±%v", d, d/2),
+		Rules: everyPair(nodes, Rule{Delay: true}), Delay: d}
 }
 
 // Slow holds every packet to and from node for about d, as Delay does: a
 // slow host or a congested link, which nothing reports failed.
 func Slow(nodes []string, node string, d time.Duration) Partition {
-	var r []Rule
-	for _, x := range without(nodes, node) {
-		r = append(r, Rule{On: x, From: node, Delay: true}, Rule{On: node, From: x, Delay: true})
-	}
 	return Partition{Kind: "slow", Detail: fmt.Sprintf("%s's packets to and from all others delayed by %v ±%v", node, d, d/2),
-		Rules: r, Delay: d}
+		Rules: bothWays([]string{node}, without(nodes, node), Rule{Delay: true}), Delay: d}
 }
 
 // Partition records p and applies it: each node's INPUT chain is replaced
@@ -178,7 +179,7 @@ func (c *Cluster) Partition(p Partition) error {
 	if _, err := c.events.Record(check.EventPartition, nil, p.Kind+": "+p.Detail); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Delay }) {
+	if p.Delay > 0 {
 		if err := c.delays.bind(c.hosts()...); err != nil {
 			return err
 		}
