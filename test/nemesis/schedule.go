@@ -156,13 +156,7 @@ func (s Step) String() string {
 	if s.Under == "" {
 		return s.bare()
 	}
-	under := s.Under
-	switch s.Under {
-	case FaultLoss:
-		under = fmt.Sprintf("%s %.0f%%", s.Under, s.Loss*100)
-	case FaultDelay, FaultSlow:
-		under = fmt.Sprintf("%s %v", s.Under, s.Delay)
-	}
+	under := s.withSeverity(s.Under)
 	if s.Kind == FaultTransfer || s.UnderHold > 0 { // the bare form shows no hold, or another
 		under += fmt.Sprintf(" for %v", s.underHold())
 	}
@@ -176,12 +170,31 @@ func (s Step) bare() string {
 		return s.Kind
 	case s.Kind == FaultResign:
 		return fmt.Sprintf("%s --hold %v", s.Kind, s.Hold)
-	case s.Kind == FaultLoss:
-		return fmt.Sprintf("%s %.0f%% for %v", s.Kind, s.Loss*100, s.Hold)
-	case s.Kind == FaultDelay || s.Kind == FaultSlow:
-		return fmt.Sprintf("%s %v for %v", s.Kind, s.Delay, s.Hold)
 	}
-	return fmt.Sprintf("%s for %v", s.Kind, s.Hold)
+	return fmt.Sprintf("%s for %v", s.withSeverity(s.Kind), s.Hold)
+}
+
+// withSeverity is kind, the step's or the one it is under, with its drop
+// probability if it is a loss and its delay if it delays.
+func (s Step) withSeverity(kind string) string {
+	switch kind {
+	case FaultLoss:
+		return fmt.Sprintf("%s %.0f%%", kind, s.Loss*100)
+	case FaultDelay, FaultSlow:
+		return fmt.Sprintf("%s %v", kind, s.Delay)
+	}
+	return kind
+}
+
+// drawSeverity draws the drop probability of a loss, or the delay of a
+// delay, when kind (the step's or the one it is under) is one.
+func (s *Step) drawSeverity(kind string, rng *rand.Rand) {
+	switch kind {
+	case FaultLoss:
+		s.Loss = losses[rng.IntN(len(losses))]
+	case FaultDelay, FaultSlow:
+		s.Delay = delays[rng.IntN(len(delays))]
+	}
 }
 
 // Draw says what a plan draws beyond the faults that every plan draws
@@ -265,19 +278,12 @@ func Plan(seed uint64, steps int, d Draw) []Step {
 			s.Hold = PauseLengths[rng.IntN(3)]
 		case FaultRestart:
 			s.Hold = time.Duration(1000+rng.IntN(4001)) * time.Millisecond
-		case FaultLoss:
-			s.Loss = losses[rng.IntN(len(losses))]
-		case FaultDelay, FaultSlow:
-			s.Delay = delays[rng.IntN(len(delays))]
+		case FaultLoss, FaultDelay, FaultSlow:
+			s.drawSeverity(s.Kind, rng)
 		case FaultStop, FaultDrain, FaultTransfer, FaultResign:
 			if rng.IntN(2) == 0 && len(under) > 0 {
 				s.Under = under[rng.IntN(len(under))]
-				switch s.Under {
-				case FaultLoss:
-					s.Loss = losses[rng.IntN(len(losses))]
-				case FaultDelay, FaultSlow:
-					s.Delay = delays[rng.IntN(len(delays))]
-				}
+				s.drawSeverity(s.Under, rng)
 			}
 		}
 		if i == joinAt {
