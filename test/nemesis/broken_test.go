@@ -54,6 +54,13 @@ var brokenCases = []brokenCase{
 	{name: "no-eligible-successor", ineligible: []string{"h1", "h2", "h3", "h4"},
 		plan:  []Step{{Kind: FaultCrash}},
 		fails: []string{check.NameLiveness}},
+	// The same cluster with h5 paused longer than a TTL plus the election
+	// bound: the four voters left are connected, nobody leads, and h5
+	// leads again at once after the heal, so only the judgment during
+	// the fault can fail.
+	{name: "no-eligible-during-pause", ineligible: []string{"h1", "h2", "h3", "h4"},
+		plan:  []Step{{Kind: FaultPause, Hold: 12 * time.Second}},
+		fails: []string{check.NameLiveness}, says: "during a fault that left a majority of the voters connected"},
 }
 
 // TestCheckerCatchesBrokenBuilds shows the checker can fail each check it

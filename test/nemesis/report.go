@@ -126,6 +126,9 @@ type Tally struct {
 	Agree map[string]time.Duration
 	// Liveness is every heal's time to a lease, as the checker measured.
 	Liveness []time.Duration
+	// Spans are the runs' faults with the longest time without a lease
+	// in each, as the checker measured them, "seed N: " before What.
+	Spans []check.FaultSpan
 	// HandOvers are the operator's acts that moved leadership, as the
 	// checker measured them.
 	HandOvers []check.HandOver
@@ -166,6 +169,10 @@ func (t *Tally) Add(r *Result) {
 	}
 	if r.Report != nil {
 		t.Liveness = append(t.Liveness, r.Report.Liveness...)
+		for _, f := range r.Report.Faults {
+			f.What = fmt.Sprintf("seed %d: %s", r.Seed, f.What)
+			t.Spans = append(t.Spans, f)
+		}
 		t.HandOvers = append(t.HandOvers, r.Report.HandOvers...)
 		t.Blips = append(t.Blips, r.Report.Blips...)
 		for _, st := range r.Report.Stalls {
@@ -201,6 +208,7 @@ func (t *Tally) String() string {
 		fmt.Fprintf(&b, "liveness: %d heals, a lease held through %d; time to a lease: median %v, 90th %v, max %v\n",
 			n, held, l[n/2].Round(time.Millisecond), l[n*9/10].Round(time.Millisecond), l[n-1].Round(time.Millisecond))
 	}
+	writeSpans(&b, t.Spans)
 	writeHandOvers(&b, t.HandOvers)
 	writeBlips(&b, t.Blips)
 	fmt.Fprintf(&b, "peer requests the agents refused as late (after their callers gave up): %d\n", t.LateRequests)
@@ -208,6 +216,30 @@ func (t *Tally) String() string {
 		fmt.Fprintf(&b, "host stalls (every process stopped; checks near one may fail for it): %s\n", strings.Join(t.Stalls, "; "))
 	}
 	return b.String()
+}
+
+// writeSpans sums the time without a lease during faults: those that
+// left a majority of the voters connected (judged by I5) and the others,
+// with the longest of each and the fault it was in.
+func writeSpans(b *strings.Builder, spans []check.FaultSpan) {
+	var quorate, other []check.FaultSpan
+	for _, f := range spans {
+		if f.Quorate != 0 {
+			quorate = append(quorate, f)
+		} else {
+			other = append(other, f)
+		}
+	}
+	sum := func(fs []check.FaultSpan, what string) {
+		if len(fs) == 0 {
+			return
+		}
+		worst := slices.MaxFunc(fs, func(a, b check.FaultSpan) int { return cmp.Compare(a.Leaderless, b.Leaderless) })
+		fmt.Fprintf(b, "during %d faults %s: at most %v without a lease (%s)\n",
+			len(fs), what, worst.Leaderless.Round(time.Millisecond), worst.What)
+	}
+	sum(quorate, "that left a majority of the voters connected")
+	sum(other, "that did not")
 }
 
 // writeBlips counts the followers' blips with no fault on and under one,

@@ -66,11 +66,15 @@ func (c *Cluster) fault(s Step) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	voters := c.rosterVoters(target)
 	p, ok := c.network(s.Kind, s, target, rng)
 	if !ok {
-		return c.processFault(s, target, rng)
+		return c.processFault(s, target, rng, voters)
 	}
 	if err := c.Partition(p); err != nil {
+		return "", err
+	}
+	if err := c.markQuorate(voters, p); err != nil {
 		return "", err
 	}
 	time.Sleep(s.Hold)
@@ -114,8 +118,8 @@ func (c *Cluster) network(kind string, s Step, target *Node, rng *rand.Rand) (Pa
 }
 
 // processFault runs the steps that kill, wipe, pause or add agents, or
-// fill a disk.
-func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, error) {
+// fill a disk; voters are the roster's before it, for markQuorate.
+func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []string) (string, error) {
 	victim := leader // kills hit the leader half the time, another node otherwise
 	if rng.IntN(2) == 0 {
 		victim = c.randomUp(rng)
@@ -129,17 +133,26 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 			err = c.Wipe(victim)
 		}
 		if err == nil {
+			err = c.markQuorate(voters, Partition{})
+		}
+		if err == nil {
 			time.Sleep(s.Hold)
 			err = c.StartAgents(victim)
 		}
 	case FaultPause:
 		what, err = leader.Name, c.Pause(leader)
 		if err == nil {
+			err = c.markQuorate(voters, Partition{})
+		}
+		if err == nil {
 			time.Sleep(s.Hold)
 			err = c.Resume(leader)
 		}
 	case FaultPauseHost:
 		what, err = leader.Name, c.PauseHost(leader)
+		if err == nil {
+			err = c.markQuorate(voters, Partition{})
+		}
 		if err == nil {
 			time.Sleep(s.Hold)
 			err = c.ResumeHost(leader)
@@ -155,6 +168,9 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand) (string, er
 		what, err = leader.Name, c.Kill(leader)
 	case FaultDiskFull:
 		what, err = victim.Name, c.FillDisk(victim)
+		if err == nil {
+			err = c.markQuorate(voters, Partition{}, victim) // it votes only where no write is needed
+		}
 		if err == nil {
 			time.Sleep(s.Hold)
 			err = c.FreeDisk(victim)

@@ -96,11 +96,13 @@ func check(run *Run, opt Options) (*Report, linearization) {
 	children, cc := CheckChildren(run.History, iv, run.Events, opt)
 	lin, l := checkLinearizable(run.History, opt.checkTimeout())
 	end := runEnd(run)
-	live, waits := CheckLiveness(iv, run.Events, opt.TTL+opt.ElectionBound, end)
+	spans := FaultSpans(iv, run.Events, end)
+	live, waits := CheckLiveness(iv, run.Events, spans, opt.TTL+opt.ElectionBound, end)
 	hand := HandOvers(iv, run.Events, end)
 	rep := &Report{
 		Verdicts:  []Verdict{CheckOneLease(iv), CheckEpochs(run.Journal), children, lin, CheckMonotone(run.History), live, CheckHandOvers(hand)},
 		Liveness:  waits,
+		Faults:    spans,
 		HandOvers: hand,
 		Blips:     Blips(run.Views, run.Events),
 		Stalls:    eventsOf(run.Events, EventStall),

@@ -12,7 +12,10 @@
 //	I3                stopped children: every write invoked inside its node's term
 //	I4-linearizable   the store's history is linearizable (porcupine)
 //	I4-monotone       no write accepted below an epoch already accepted
-//	I5                liveness: a leader within TTL+ElectionBound of every heal
+//	I5                liveness: a leader within TTL+ElectionBound of every heal,
+//	                  and no longer than that without one during a fault
+//	                  the harness says left a majority of the voters up
+//	                  and connected (EventQuorate)
 //	hand-over         an operator's hand-over, made with no fault on, gives
 //	                  the next node its lease before the old one ran out,
 //	                  and the node that handed over does not take it back
@@ -22,6 +25,12 @@
 // and how long after it the next node held a lease. Those made under a
 // fault (a partition, a kill or a pause), or refused by the agent, are
 // measured, not judged.
+//
+// The faults (FaultSpans), measured for all and judged by I5 only where a
+// majority stayed connected, are each fault from its first event to its
+// heal and the longest time in it no node held a lease: a term lost
+// during a fault and another won before the heal leaves no trace at the
+// heal.
 //
 // The blips (Blips), measured only, are the followers whose watch stream
 // said "no leader" and then named the same leader in the same term again

@@ -89,3 +89,9 @@ func wantFail(t *testing.T, v Verdict, n int, substrs ...string) {
 		}
 	}
 }
+
+// liveness runs I5 on r as Check does.
+func liveness(r *Run, bound time.Duration) (Verdict, []time.Duration) {
+	iv, end := Beliefs(r.Journal, r.Events), runEnd(r)
+	return CheckLiveness(iv, r.Events, FaultSpans(iv, r.Events, end), bound, end)
+}

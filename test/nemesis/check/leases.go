@@ -69,10 +69,16 @@ func checkLead(v *verdict, r JournalRecord, leads map[uint64]JournalRecord, high
 // CheckLiveness is I5: after every heal before the run's end, a node must
 // hold a valid lease within bound (the agents' TTL plus the election
 // bound). A heal followed by no lease before end fails only if at least
-// bound passed before end. It returns the time to a lease after each heal (see
+// bound passed before end. During a fault that left a majority of the
+// voters up and connected (a FaultSpan with Quorate, spans as FaultSpans
+// returns them), no stretch from then to the heal may pass without a
+// lease for longer than bound: the promise of a leader within a TTL plus
+// an election holds while a majority is connected, not only after the
+// heal. It returns the time to a lease after each heal (see
 // Report.Liveness). events must be sorted by T; end is the run's end.
-func CheckLiveness(iv []Interval, events []Event, bound time.Duration, end int64) (Verdict, []time.Duration) {
+func CheckLiveness(iv []Interval, events []Event, spans []FaultSpan, bound time.Duration, end int64) (Verdict, []time.Duration) {
 	v := verdict{name: NameLiveness}
+	quorate := checkQuorate(&v, iv, spans, bound)
 	var waits []time.Duration
 	for _, e := range events {
 		if e.Kind != EventHeal || e.T >= end {
@@ -93,7 +99,35 @@ func CheckLiveness(iv []Interval, events []Event, bound time.Duration, end int64
 			v.failf("the first valid lease after the heal at %s came %v later (bound %v)", stamp(e.T), wait, bound)
 		}
 	}
-	return v.done(livenessSummary(waits, bound)), waits
+	return v.done(livenessSummary(waits, quorate, bound)), waits
+}
+
+// checkQuorate judges the spans with Quorate set: each stretch without a
+// lease from then to the span's end must be at most bound. It returns how
+// many it judged and the longest such stretch.
+func checkQuorate(v *verdict, iv []Interval, spans []FaultSpan, bound time.Duration) quorateSummary {
+	var q quorateSummary
+	for _, s := range spans {
+		if s.Quorate == 0 {
+			continue
+		}
+		q.spans++
+		for _, g := range leaderless(iv, s.Quorate, s.To) {
+			d := time.Duration(g.to - g.from)
+			q.longest = max(q.longest, d)
+			if d > bound {
+				v.failf("no node held a valid lease for %v from %s, during a fault that left a majority of the voters connected (%s, from %s; bound %v)",
+					d, stamp(g.from), s.What, stamp(s.From), bound)
+			}
+		}
+	}
+	return q
+}
+
+// quorateSummary is what checkQuorate judged.
+type quorateSummary struct {
+	spans   int
+	longest time.Duration
 }
 
 // firstHeld returns the first instant at or after t at which some node is
@@ -115,11 +149,15 @@ func firstHeld(iv []Interval, t int64) (int64, bool) {
 	return first, found
 }
 
-func livenessSummary(waits []time.Duration, bound time.Duration) string {
-	if len(waits) == 0 {
-		return "no heals before the end"
+func livenessSummary(waits []time.Duration, q quorateSummary, bound time.Duration) string {
+	s := "no heals before the end"
+	if len(waits) > 0 {
+		s = fmt.Sprintf("%d heals, a leader after at most %v", len(waits), slices.Max(waits))
 	}
-	return fmt.Sprintf("%d heals, a leader after at most %v (bound %v)", len(waits), slices.Max(waits), bound)
+	if q.spans > 0 {
+		s += fmt.Sprintf("; %d faults with a majority connected, at most %v without a lease in them", q.spans, q.longest)
+	}
+	return s + fmt.Sprintf(" (bound %v)", bound)
 }
 
 // runEnd is the instant liveness stops being measured: the end event, or

@@ -135,7 +135,7 @@ func TestLiveness(t *testing.T) {
 		ev(EventHeal, 8000), // after the end: ignored
 	}
 	r := newRun(journal, nil, events)
-	v, waits := CheckLiveness(Beliefs(r.Journal, r.Events), r.Events, time.Second, runEnd(r))
+	v, waits := liveness(r, time.Second)
 	wantFail(t, v, 1, "2s later", "bound 1s")
 	if want := []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}; !slices.Equal(waits, want) {
 		t.Fatalf("liveness %v, want %v", waits, want)
@@ -144,7 +144,7 @@ func TestLiveness(t *testing.T) {
 
 func TestLivenessPasses(t *testing.T) {
 	r := newRun([]JournalRecord{lead("h1", 1, 1500, 2500)}, nil, []Event{ev(EventHeal, 1000), ev(EventEnd, 3000)})
-	v, waits := CheckLiveness(Beliefs(r.Journal, r.Events), r.Events, time.Second, runEnd(r))
+	v, waits := liveness(r, time.Second)
 	wantOK(t, v)
 	if !slices.Equal(waits, []time.Duration{500 * time.Millisecond}) {
 		t.Fatalf("liveness %v", waits)
@@ -157,13 +157,13 @@ func TestLivenessHealNearTheEnd(t *testing.T) {
 	// The heal is at 500 and the next lease at 1700, 1.2s later.
 	for endAt, fails := range map[int]bool{1400: false, 1499: false, 1500: true, 1600: true, 2500: true} {
 		r := newRun(journal, nil, []Event{ev(EventHeal, 500), ev(EventEnd, endAt)})
-		v, waits := CheckLiveness(Beliefs(r.Journal, r.Events), r.Events, time.Second, runEnd(r))
+		v, waits := liveness(r, time.Second)
 		if v.OK == fails || len(waits) != 1 {
 			t.Errorf("end at %d: verdict %+v, liveness %v", endAt, v, waits)
 		}
 	}
 	r := newRun(journal[:1], nil, []Event{ev(EventHeal, 500), ev(EventEnd, 2500)})
-	v, waits := CheckLiveness(Beliefs(r.Journal, r.Events), r.Events, time.Second, runEnd(r))
+	v, waits := liveness(r, time.Second)
 	wantFail(t, v, 1, "no node held a valid lease in the 2s")
 	if !slices.Equal(waits, []time.Duration{2 * time.Second}) {
 		t.Fatalf("liveness %v", waits)

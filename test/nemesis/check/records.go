@@ -83,11 +83,16 @@ const (
 	// harness alone). Not a fault the schedule injected: reported, not
 	// excused.
 	EventStall = "stall"
+	// EventQuorate says the fault just begun left the voters Nodes, a
+	// majority of the roster's, up and connected with each other: from
+	// here to the next heal a leader must follow within the liveness
+	// bound of any moment without one (I5), not only after the heal.
+	EventQuorate = "quorate"
 )
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
 	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused,
-	EventDiskFull, EventDiskFreed, EventStall}
+	EventDiskFull, EventDiskFreed, EventStall, EventQuorate}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {

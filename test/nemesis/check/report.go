@@ -27,7 +27,7 @@ var titles = map[string]string{
 	NameChildren:     "writes only inside the writer's term",
 	NameLinearizable: "the store's history is linearizable",
 	NameMonotone:     "no accepted write below an accepted epoch",
-	NameLiveness:     "a leader soon after every heal",
+	NameLiveness:     "a leader soon after every heal, and during faults that leave a majority connected",
 	NameHandOver:     "an operator's hand-over does not wait for the old lease, and is not undone",
 }
 
@@ -73,6 +73,10 @@ type Report struct {
 	// through the heal). For a heal followed by no lease before the run's
 	// end, the time from the heal to the end: a lower bound.
 	Liveness []time.Duration
+	// Faults are the run's faults, each with the longest time no node
+	// held a lease during it (measured; I5 judges those that left a
+	// majority of the voters connected).
+	Faults []FaultSpan
 	// HandOvers measures each operator's act that moved leadership on
 	// purpose: who held the lease, who held the next, and how long after
 	// the act. NameHandOver judges those made with no fault on.
@@ -136,6 +140,9 @@ func (r *Report) String() string {
 		}
 	}
 	fmt.Fprintf(&b, "liveness after heals: %s\n", durations(r.Liveness))
+	for _, f := range r.Faults {
+		fmt.Fprintf(&b, "fault: %s\n", f)
+	}
 	for _, h := range r.HandOvers {
 		fmt.Fprintf(&b, "hand-over by %s\n", h)
 	}
@@ -178,6 +185,7 @@ type reportJSON struct {
 	OK         bool           `json:"ok"`
 	Verdicts   []Verdict      `json:"verdicts"`
 	LivenessNS []int64        `json:"liveness_ns"`
+	Faults     []FaultSpan    `json:"faults,omitempty"`
 	HandOvers  []HandOver     `json:"hand_overs,omitempty"`
 	Blips      []Blip         `json:"blips,omitempty"`
 	Stalls     []Event        `json:"stalls,omitempty"`
@@ -185,15 +193,15 @@ type reportJSON struct {
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds), "hand_overs", "blips" and "stalls" (if
-// any) and "counts". It has a value receiver so
+// "liveness_ns" (nanoseconds), "faults", "hand_overs", "blips" and
+// "stalls" (if any) and "counts". It has a value receiver so
 // that a Report encodes the same way with or without a pointer.
 func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
 	}
-	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, HandOvers: r.HandOvers, Blips: r.Blips, Stalls: r.Stalls, Counts: r.Counts})
+	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, Faults: r.Faults, HandOvers: r.HandOvers, Blips: r.Blips, Stalls: r.Stalls, Counts: r.Counts})
 }
 
 // WriteJSON writes the report, indented, to path (report.json in the run

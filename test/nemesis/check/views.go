@@ -184,10 +184,10 @@ func faultOn(events []Event, t int64) bool {
 		if e.T > t {
 			break
 		}
-		switch e.Kind {
-		case EventPartition, EventKill, EventWipe, EventPause, EventPauseHost, EventDiskFull:
+		switch {
+		case slices.Contains(faultKinds, e.Kind):
 			on = true
-		case EventHeal:
+		case e.Kind == EventHeal:
 			on = false
 		}
 	}
