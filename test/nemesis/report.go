@@ -135,6 +135,9 @@ type Tally struct {
 	// Blips are the followers that lost a leader whose term went on, as
 	// the checker found them.
 	Blips []check.Blip
+	// Stale are the followers that named a leader whose term had ended,
+	// as the checker found them.
+	Stale []check.Stale
 	// Stalls are the runs' host stalls (check.EventStall), "seed N: detail".
 	Stalls []string
 	// LateRequests sums the runs' Result.LateRequests.
@@ -175,6 +178,7 @@ func (t *Tally) Add(r *Result) {
 		}
 		t.HandOvers = append(t.HandOvers, r.Report.HandOvers...)
 		t.Blips = append(t.Blips, r.Report.Blips...)
+		t.Stale = append(t.Stale, r.Report.Stale...)
 		for _, st := range r.Report.Stalls {
 			t.Stalls = append(t.Stalls, fmt.Sprintf("seed %d: %s", r.Seed, st.Detail))
 		}
@@ -211,6 +215,7 @@ func (t *Tally) String() string {
 	writeSpans(&b, t.Spans)
 	writeHandOvers(&b, t.HandOvers)
 	writeBlips(&b, t.Blips)
+	writeStale(&b, t.Stale)
 	fmt.Fprintf(&b, "peer requests the agents refused as late (after their callers gave up): %d\n", t.LateRequests)
 	if len(t.Stalls) > 0 {
 		fmt.Fprintf(&b, "host stalls (every process stopped; checks near one may fail for it): %s\n", strings.Join(t.Stalls, "; "))
@@ -253,14 +258,31 @@ func writeBlips(b *strings.Builder, bs []check.Blip) {
 			calm = append(calm, bl.Gap)
 		}
 	}
-	longest := func(ds []time.Duration) string {
-		if len(ds) == 0 {
-			return ""
-		}
-		return fmt.Sprintf(" (longest %v)", slices.Max(ds).Round(time.Millisecond))
-	}
 	fmt.Fprintf(b, "followers that said \"no leader\" while their leader's term went on: %d with no fault on%s, %d under a fault%s\n",
-		len(calm), longest(calm), len(faulted), longest(faulted))
+		len(calm), longestOf(calm), len(faulted), longestOf(faulted))
+}
+
+// writeStale counts the followers that named a leader whose term had
+// ended, with no fault on and under one, with the longest of each.
+func writeStale(b *strings.Builder, ss []check.Stale) {
+	var calm, faulted []time.Duration
+	for _, s := range ss {
+		if s.Faulted {
+			faulted = append(faulted, s.For)
+		} else {
+			calm = append(calm, s.For)
+		}
+	}
+	fmt.Fprintf(b, "followers that named a leader %v or more after its term ended: %d with no fault on%s, %d under a fault%s\n",
+		check.MinStale, len(calm), longestOf(calm), len(faulted), longestOf(faulted))
+}
+
+// longestOf is " (longest D)" for the longest of ds, or "" for none.
+func longestOf(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (longest %v)", slices.Max(ds).Round(time.Millisecond))
 }
 
 // refusedLabel ends the tally's label of acts the agent refused.

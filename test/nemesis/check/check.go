@@ -105,6 +105,7 @@ func check(run *Run, opt Options) (*Report, linearization) {
 		Faults:    spans,
 		HandOvers: hand,
 		Blips:     Blips(run.Views, run.Events),
+		Stale:     StaleViews(run.Views, iv, run.Events, end, MinStale),
 		Stalls:    eventsOf(run.Events, EventStall),
 		Counts:    runCounts(run),
 	}

@@ -42,6 +42,11 @@
 // bug in the agent's own notion of leases, epochs or time cannot hide
 // itself by being repeated here.
 //
+// The stale views (StaleViews), measured only, are the mirror of the
+// blips: followers that went on naming a leader for MinStale or more after
+// its term had ended (its status and watchers pointed at a node that no
+// longer led).
+//
 // What it does not check: it trusts the clock the files were stamped with
 // (one machine's wall clock, so comparisons are exact) and the harness's
 // account of its own faults. A check passes vacuously when its input is

@@ -85,6 +85,11 @@ type Report struct {
 	// followed went on (measured only; none with no fault on is what the
 	// election aims at).
 	Blips []Blip
+	// Stale are the followers that named a leader for MinStale or more
+	// after its term had ended (measured only: tenure promises who leads
+	// through `tenure leader --check` and the fence, not through a
+	// follower's view).
+	Stale []Stale
 	// Stalls are the times the harness ran nothing for a while
 	// (EventStall): the host stalled. Checks that fail near one name it.
 	Stalls []Event
@@ -149,6 +154,9 @@ func (r *Report) String() string {
 	for _, bl := range r.Blips {
 		fmt.Fprintf(&b, "blip: %s\n", bl)
 	}
+	for _, st := range r.Stale {
+		fmt.Fprintf(&b, "stale: %s\n", st)
+	}
 	for _, st := range r.Stalls {
 		fmt.Fprintf(&b, "host stall: %s, until %s\n", st.Detail, stamp(st.T))
 	}
@@ -188,20 +196,21 @@ type reportJSON struct {
 	Faults     []FaultSpan    `json:"faults,omitempty"`
 	HandOvers  []HandOver     `json:"hand_overs,omitempty"`
 	Blips      []Blip         `json:"blips,omitempty"`
+	Stale      []Stale        `json:"stale,omitempty"`
 	Stalls     []Event        `json:"stalls,omitempty"`
 	Counts     map[string]int `json:"counts"`
 }
 
 // MarshalJSON encodes the report as report.json has it: "ok", "verdicts",
-// "liveness_ns" (nanoseconds), "faults", "hand_overs", "blips" and
-// "stalls" (if any) and "counts". It has a value receiver so
+// "liveness_ns" (nanoseconds), "faults", "hand_overs", "blips", "stale"
+// and "stalls" (if any) and "counts". It has a value receiver so
 // that a Report encodes the same way with or without a pointer.
 func (r Report) MarshalJSON() ([]byte, error) {
 	ns := make([]int64, len(r.Liveness))
 	for i, d := range r.Liveness {
 		ns[i] = int64(d)
 	}
-	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, Faults: r.Faults, HandOvers: r.HandOvers, Blips: r.Blips, Stalls: r.Stalls, Counts: r.Counts})
+	return json.Marshal(reportJSON{OK: r.OK(), Verdicts: r.Verdicts, LivenessNS: ns, Faults: r.Faults, HandOvers: r.HandOvers, Blips: r.Blips, Stale: r.Stale, Stalls: r.Stalls, Counts: r.Counts})
 }
 
 // WriteJSON writes the report, indented, to path (report.json in the run
