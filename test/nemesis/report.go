@@ -250,39 +250,36 @@ func writeSpans(b *strings.Builder, spans []check.FaultSpan) {
 // writeBlips counts the followers' blips with no fault on and under one,
 // with the longest of each.
 func writeBlips(b *strings.Builder, bs []check.Blip) {
-	var calm, faulted []time.Duration
-	for _, bl := range bs {
-		if bl.Faulted {
-			faulted = append(faulted, bl.Gap)
-		} else {
-			calm = append(calm, bl.Gap)
-		}
-	}
-	fmt.Fprintf(b, "followers that said \"no leader\" while their leader's term went on: %d with no fault on%s, %d under a fault%s\n",
-		len(calm), longestOf(calm), len(faulted), longestOf(faulted))
+	writeByFault(b, "followers that said \"no leader\" while their leader's term went on", bs,
+		func(bl check.Blip) (time.Duration, bool) { return bl.Gap, bl.Faulted })
 }
 
 // writeStale counts the followers that named a leader whose term had
 // ended, with no fault on and under one, with the longest of each.
 func writeStale(b *strings.Builder, ss []check.Stale) {
-	var calm, faulted []time.Duration
-	for _, s := range ss {
-		if s.Faulted {
-			faulted = append(faulted, s.For)
-		} else {
-			calm = append(calm, s.For)
-		}
-	}
-	fmt.Fprintf(b, "followers that named a leader %v or more after its term ended: %d with no fault on%s, %d under a fault%s\n",
-		check.MinStale, len(calm), longestOf(calm), len(faulted), longestOf(faulted))
+	writeByFault(b, fmt.Sprintf("followers that named a leader %v or more after its term ended", check.MinStale), ss,
+		func(s check.Stale) (time.Duration, bool) { return s.For, s.Faulted })
 }
 
-// longestOf is " (longest D)" for the longest of ds, or "" for none.
-func longestOf(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return ""
+// writeByFault writes the line label: how many of items came with no
+// fault on and under one, and the longest of each (each item's duration
+// and whether a fault was on, as of returns them).
+func writeByFault[T any](b *strings.Builder, label string, items []T, of func(T) (time.Duration, bool)) {
+	var calm, faulted []time.Duration
+	for _, it := range items {
+		if d, f := of(it); f {
+			faulted = append(faulted, d)
+		} else {
+			calm = append(calm, d)
+		}
 	}
-	return fmt.Sprintf(" (longest %v)", slices.Max(ds).Round(time.Millisecond))
+	longest := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (longest %v)", slices.Max(ds).Round(time.Millisecond))
+	}
+	fmt.Fprintf(b, "%s: %d with no fault on%s, %d under a fault%s\n", label, len(calm), longest(calm), len(faulted), longest(faulted))
 }
 
 // refusedLabel ends the tally's label of acts the agent refused.
