@@ -72,6 +72,7 @@ type Cluster struct {
 	// StoreHost is the fenced store's namespace.
 	StoreHost netns.Host
 	nodes     []*Node
+	partition Partition // the network fault on, if any (Partition, HealNetwork)
 }
 
 // Start makes the hosts, starts the store, then h1..hN's agents and their
@@ -174,6 +175,7 @@ func (c *Cluster) FillDisk(n *Node) error {
 	if _, err := c.events.Record(check.EventDiskFull, []string{n.Name}, n.disk()); err != nil {
 		return err
 	}
+	n.diskFull = true
 	if err := tmpfs.Fill(n.filler()); err != nil {
 		return fmt.Errorf("nemesis: %s's disk: %w", n.Name, err)
 	}
@@ -185,6 +187,7 @@ func (c *Cluster) FreeDisk(n *Node) error {
 	if err := os.Remove(n.filler()); err != nil {
 		return fmt.Errorf("nemesis: free %s's disk: %w", n.Name, err)
 	}
+	n.diskFull = false
 	_, err := c.events.Record(check.EventDiskFreed, []string{n.Name}, n.disk())
 	return err
 }

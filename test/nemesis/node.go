@@ -36,6 +36,7 @@ type Node struct {
 	paused      bool        // the agent is stopped (SIGSTOP)
 	pausedHost  bool        // the agent, the supervisor and the writers are stopped
 	pausedGroup []int       // the writers' process groups stopped with the host
+	diskFull    bool        // FillDisk filled its disk, FreeDisk has not freed it
 }
 
 // disk is the mount point of the node's own small file system (a tmpfs),

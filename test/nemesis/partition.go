@@ -185,6 +185,7 @@ func (c *Cluster) Partition(p Partition) error {
 		}
 	}
 	c.delays.set(p.Delay)
+	c.partition = p
 	return c.setRules(p.Rules)
 }
 
@@ -193,6 +194,7 @@ func (c *Cluster) Partition(p Partition) error {
 // older in flight.
 func (c *Cluster) HealNetwork() error {
 	held, lost := c.delays.set(0)
+	c.partition = Partition{}
 	err := c.setRules(nil)
 	if held > 0 {
 		lost += c.delays.lost.Swap(0)

@@ -80,18 +80,19 @@ func (c *Cluster) rosterVoters(leader *Node) []string {
 	return nil
 }
 
-// markQuorate records, for a fault just made (p, and the nodes in out
-// that cannot vote though running), whether it leaves a majority of
-// voters up and connected (check.EventQuorate): liveness is then judged
-// during the fault too.
-func (c *Cluster) markQuorate(voters []string, p Partition, out ...*Node) error {
+// markQuorate records, for the faults just made (the partition on, the
+// agents down, paused or with a full disk, which votes only where no
+// write is needed), whether they leave a majority of voters up and
+// connected (check.EventQuorate): liveness is then judged during the
+// fault too.
+func (c *Cluster) markQuorate(voters []string) error {
 	var up []string
 	for _, n := range c.nodes {
-		if n.Up() && !slices.Contains(out, n) {
+		if n.Up() && !n.diskFull {
 			up = append(up, n.Name)
 		}
 	}
-	set := Quorate(voters, up, p)
+	set := Quorate(voters, up, c.partition)
 	if set == nil {
 		return nil
 	}

@@ -74,7 +74,7 @@ func (c *Cluster) fault(s Step) (string, error) {
 	if err := c.Partition(p); err != nil {
 		return "", err
 	}
-	if err := c.markQuorate(voters, p); err != nil {
+	if err := c.markQuorate(voters); err != nil {
 		return "", err
 	}
 	time.Sleep(s.Hold)
@@ -133,7 +133,7 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 			err = c.Wipe(victim)
 		}
 		if err == nil {
-			err = c.markQuorate(voters, Partition{})
+			err = c.markQuorate(voters)
 		}
 		if err == nil {
 			time.Sleep(s.Hold)
@@ -142,7 +142,7 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 	case FaultPause:
 		what, err = leader.Name, c.Pause(leader)
 		if err == nil {
-			err = c.markQuorate(voters, Partition{})
+			err = c.markQuorate(voters)
 		}
 		if err == nil {
 			time.Sleep(s.Hold)
@@ -151,7 +151,7 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 	case FaultPauseHost:
 		what, err = leader.Name, c.PauseHost(leader)
 		if err == nil {
-			err = c.markQuorate(voters, Partition{})
+			err = c.markQuorate(voters)
 		}
 		if err == nil {
 			time.Sleep(s.Hold)
@@ -169,7 +169,7 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 	case FaultDiskFull:
 		what, err = victim.Name, c.FillDisk(victim)
 		if err == nil {
-			err = c.markQuorate(voters, Partition{}, victim) // it votes only where no write is needed
+			err = c.markQuorate(voters)
 		}
 		if err == nil {
 			time.Sleep(s.Hold)
@@ -203,6 +203,7 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	voters := c.rosterVoters(leader)
 	under, undo, err := c.underFault(s, rng, leader, node, to)
 	if under != "" {
 		what += "; " + under
@@ -211,6 +212,9 @@ func (c *Cluster) operate(s Step) (what, refused string, err error) {
 		return what, "", err
 	}
 	if refused, err = c.act(s, node, to); err != nil {
+		return what, refused, err
+	}
+	if err := c.markQuorate(voters); err != nil {
 		return what, refused, err
 	}
 	switch {

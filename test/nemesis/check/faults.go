@@ -10,12 +10,16 @@ import (
 // until the next heal.
 var faultKinds = []string{EventPartition, EventKill, EventWipe, EventPause, EventPauseHost, EventDiskFull}
 
-// FaultSpan is one fault of the run, from the first fault event after a
-// heal to the heal that ended it, and how long no node held a lease in
-// it: the heal-time liveness check cannot see a term lost during a fault
-// and another won before its heal.
+// spanKinds begin a FaultSpan: the faults, and an operator's acts (with
+// no fault under them, the act is the span's first event).
+var spanKinds = append(slices.Clip(faultKinds), EventStop, EventOperator, EventQuorate)
+
+// FaultSpan is one fault or operator's act of the run, from its first
+// event after a heal to the heal that ended it, and how long no node held
+// a lease in it: the heal-time liveness check cannot see a term lost
+// during a fault and another won before its heal.
 type FaultSpan struct {
-	From int64 `json:"from"` // the first fault event after a heal, Unix nanoseconds
+	From int64 `json:"from"` // its first event after a heal, Unix nanoseconds
 	// To is the heal that ended the fault, or the run's end.
 	To int64 `json:"to"`
 	// What is that first event's kind and detail ("partition: halves:
@@ -31,10 +35,10 @@ type FaultSpan struct {
 	Leaderless time.Duration `json:"leaderless_ns"`
 }
 
-// FaultSpans finds the faults of a run (events sorted by T) and measures
-// each against the believed-valid intervals iv (sorted by Start, as
-// Beliefs returns them); end is the run's end. A fault still on at the
-// end is measured to it.
+// FaultSpans finds the faults and operator's acts of a run (events sorted
+// by T) and measures each against the believed-valid intervals iv (sorted
+// by Start, as Beliefs returns them); end is the run's end. A fault still
+// on at the end is measured to it.
 func FaultSpans(iv []Interval, events []Event, end int64) []FaultSpan {
 	var out []FaultSpan
 	var open *FaultSpan
@@ -43,8 +47,7 @@ func FaultSpans(iv []Interval, events []Event, end int64) []FaultSpan {
 			return
 		}
 		open.To = min(t, end)
-		from := open.From
-		open.Leaderless = longest(leaderless(iv, from, open.To))
+		open.Leaderless = longest(leaderless(iv, open.From, open.To))
 		out = append(out, *open)
 		open = nil
 	}
@@ -55,7 +58,7 @@ func FaultSpans(iv []Interval, events []Event, end int64) []FaultSpan {
 		switch {
 		case e.Kind == EventHeal:
 			closeAt(e.T)
-		case open == nil && (slices.Contains(faultKinds, e.Kind) || e.Kind == EventQuorate):
+		case open == nil && slices.Contains(spanKinds, e.Kind):
 			open = &FaultSpan{From: e.T, What: e.Kind}
 			if e.Detail != "" {
 				open.What += ": " + e.Detail

@@ -85,3 +85,19 @@ func TestLivenessDuringQuorateFaults(t *testing.T) {
 	v, _ = liveness(r, 2*time.Second)
 	wantOK(t, v)
 }
+
+// An operator's act with no fault under it begins a span of its own.
+func TestFaultSpansOfOperatorActs(t *testing.T) {
+	r := newRun([]JournalRecord{lead("h1", 1, 0, 1000), lead("h2", 2, 1200, 9000)}, nil, []Event{
+		ev(EventHeal, 100),
+		{T: ms(900), Kind: EventOperator, Nodes: []string{"h1"}, Detail: "tenure resign --hold 3s"},
+		ev(EventQuorate, 910, "h1", "h2", "h3"),
+		ev(EventHeal, 4000),
+		ev(EventEnd, 5000),
+	})
+	spans := FaultSpans(Beliefs(r.Journal, r.Events), r.Events, runEnd(r))
+	want := []FaultSpan{{From: ms(900), To: ms(4000), What: "operator: tenure resign --hold 3s", Quorate: ms(910), Leaderless: 200 * time.Millisecond}}
+	if !slices.Equal(spans, want) {
+		t.Fatalf("spans %v, want %v", spans, want)
+	}
+}
