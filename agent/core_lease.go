@@ -13,9 +13,10 @@ import (
 type rounds struct {
 	seq     uint64         // last lease round number
 	current *leasing.Round // acquire or renew round in flight
-	// late is the leader's last renewal round that ran out of budget:
-	// answers that come later still count (addLateRenewal).
-	late *leasing.Round
+	// late are the leader's renewal rounds of its term that ran out of
+	// budget and could still extend its lease, oldest first: answers that
+	// come later still count (addLateRenewal). At most maxLateRounds.
+	late []*leasing.Round
 	// abandoned are this node's recent acquire rounds that failed, by
 	// epoch, for releaseLateGrant.
 	abandoned map[uint64]abandonedRound
@@ -84,8 +85,8 @@ func (c *core) dispatched(now time.Time) {
 // addReply counts a voter's reply in the round in flight; a grant for an
 // acquire round that failed earlier is released (releaseLateGrant).
 func (c *core) addReply(now time.Time, rep leasing.Reply) {
-	if lr := c.rounds.late; lr != nil && rep.Seq == lr.Seq {
-		c.addLateRenewal(now, rep)
+	if i := slices.IndexFunc(c.rounds.late, func(rd *leasing.Round) bool { return rd.Seq == rep.Seq }); i >= 0 {
+		c.addLateRenewal(now, i, rep)
 		return
 	}
 	if c.rounds.current == nil || rep.Seq != c.rounds.current.Seq {
@@ -195,27 +196,51 @@ func (c *core) evaluate(now time.Time) {
 	default:
 		c.count("lease.renew_failed")
 		c.renewalFailed(now, rd)
-		c.rounds.late = rd
+		c.keepLate(rd)
 		c.lease.renewAt = now.Add(c.cfg.Lease.RenewInterval() / 4)
 	}
 }
 
-// addLateRenewal counts an answer to the leader's last renewal round that
-// ran out of budget. If the round now has a majority, the lease extends as
-// if it had won in time: validity counts from when its requests were
-// sent, and every grant promised a TTL from its voter's receipt of them,
-// so the deadline is as safe as an on-time win's. Only a round of the term
-// still led, under the roster still current, and only if its deadline is
-// later than the lease's. While voters answer in more than a budget (a
-// loaded host: 0.6-1.4 s against the LAN profile's 1 s), every renewal
-// ran out before its majority came, and the leader lost a term it held.
-func (c *core) addLateRenewal(now time.Time, rep leasing.Reply) {
-	rd := c.rounds.late
+// maxLateRounds bounds the renewal rounds kept for late answers. Only
+// rounds whose validity would end after the lease's are kept, so a round
+// older than the lease's validity never is: with a retry every budget and
+// a quarter of a renewal interval, the default timings keep at most six.
+const maxLateRounds = 16
+
+// keepLate adds rd, a renewal round that ran out of budget, to the rounds
+// whose late answers still count, and drops those that can no longer
+// extend the lease (of another term, or whose validity ends by the
+// lease's deadline), and the oldest beyond maxLateRounds.
+func (c *core) keepLate(rd *leasing.Round) {
+	late := append(c.rounds.late, rd)
+	late = slices.DeleteFunc(late, func(r *leasing.Round) bool {
+		return r.Epoch != c.lease.epoch || !c.cfg.Lease.LeaderDeadline(r.Sent).After(c.lease.deadline)
+	})
+	c.rounds.late = late[max(0, len(late)-maxLateRounds):]
+}
+
+// addLateRenewal counts an answer to c.rounds.late[i], a renewal round of
+// the leader that ran out of budget. If the round now has a majority, the
+// lease extends as if it had won in time: validity counts from when its
+// requests were sent, and every grant promised a TTL from its voter's
+// receipt of them, so the deadline is as safe as an on-time win's. Only a
+// round of the term still led, under the roster still current, and only
+// if its deadline is later than the lease's; the rounds sent before it
+// are dropped (their deadlines are earlier). While voters answer in more
+// than a budget (a loaded host: 0.6-1.4 s against the LAN profile's 1 s),
+// every renewal ran out before its majority came, and the leader lost a
+// term it held. Every round that ran out counts, not only the last: the
+// leader retries every budget and a quarter of a renewal interval (0.37 s
+// with the local profile), and with round trips of 0.5-1.1 s the answers
+// to each round came after the next had run out too, and the lease ended
+// with a majority granting every renewal.
+func (c *core) addLateRenewal(now time.Time, i int, rep leasing.Reply) {
+	rd := c.rounds.late[i]
 	rd.Add(rep)
 	if !rd.Won() {
 		return
 	}
-	c.rounds.late = nil
+	c.rounds.late = slices.Delete(c.rounds.late, 0, i+1)
 	end := c.cfg.Lease.LeaderDeadline(rd.Sent)
 	if rd.Epoch != c.lease.epoch || !c.leading() || rd.Roster.String() != c.roster().String() ||
 		!end.After(c.lease.deadline) || !now.Before(end) {
