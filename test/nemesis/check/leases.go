@@ -155,7 +155,7 @@ func livenessSummary(waits []time.Duration, q quorateSummary, bound time.Duratio
 		s = fmt.Sprintf("%d heals, a leader after at most %v", len(waits), slices.Max(waits))
 	}
 	if q.spans > 0 {
-		s += fmt.Sprintf("; %d faults with a majority connected, at most %v without a lease in them", q.spans, q.longest)
+		s += fmt.Sprintf("; %d faults or acts with a majority connected, at most %v without a lease in them", q.spans, q.longest)
 	}
 	return s + fmt.Sprintf(" (bound %v)", bound)
 }
