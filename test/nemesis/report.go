@@ -223,9 +223,9 @@ func (t *Tally) String() string {
 	return b.String()
 }
 
-// writeSpans sums the time without a lease during faults: those that
-// left a majority of the voters connected (judged by I5) and the others,
-// with the longest of each and the fault it was in.
+// writeSpans sums the time without a lease during faults and operator's
+// acts: those that left a majority of the voters connected (judged by
+// I5) and the others, with the longest of each and the fault it was in.
 func writeSpans(b *strings.Builder, spans []check.FaultSpan) {
 	var quorate, other []check.FaultSpan
 	for _, f := range spans {
@@ -240,7 +240,7 @@ func writeSpans(b *strings.Builder, spans []check.FaultSpan) {
 			return
 		}
 		worst := slices.MaxFunc(fs, func(a, b check.FaultSpan) int { return cmp.Compare(a.Leaderless, b.Leaderless) })
-		fmt.Fprintf(b, "during %d faults %s: at most %v without a lease (%s)\n",
+		fmt.Fprintf(b, "during %d faults and acts %s: at most %v without a lease (%s)\n",
 			len(fs), what, worst.Leaderless.Round(time.Millisecond), worst.What)
 	}
 	sum(quorate, "that left a majority of the voters connected")
