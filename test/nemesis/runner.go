@@ -118,13 +118,15 @@ func (c *Cluster) network(kind string, s Step, target *Node, rng *rand.Rand) (Pa
 }
 
 // processFault runs the steps that kill, wipe, pause or add agents, or
-// fill a disk; voters are the roster's before it, for markQuorate.
+// fill a disk; voters are the roster's before it, for markQuorate. A
+// fault that is undone is held for s.Hold, then undone (undo).
 func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []string) (string, error) {
 	victim := leader // kills hit the leader half the time, another node otherwise
 	if rng.IntN(2) == 0 {
 		victim = c.randomUp(rng)
 	}
 	var what string
+	var undo func() error // nil for a fault that stays (a crash) or is no fault (a join)
 	var err error
 	switch s.Kind {
 	case FaultKill, FaultWipe:
@@ -132,49 +134,22 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 		if err == nil && s.Kind == FaultWipe {
 			err = c.Wipe(victim)
 		}
-		if err == nil {
-			err = c.markQuorate(voters)
-		}
-		if err == nil {
-			time.Sleep(s.Hold)
-			err = c.StartAgents(victim)
-		}
+		undo = func() error { return c.StartAgents(victim) }
 	case FaultPause:
 		what, err = leader.Name, c.Pause(leader)
-		if err == nil {
-			err = c.markQuorate(voters)
-		}
-		if err == nil {
-			time.Sleep(s.Hold)
-			err = c.Resume(leader)
-		}
+		undo = func() error { return c.Resume(leader) }
 	case FaultPauseHost:
 		what, err = leader.Name, c.PauseHost(leader)
-		if err == nil {
-			err = c.markQuorate(voters)
-		}
-		if err == nil {
-			time.Sleep(s.Hold)
-			err = c.ResumeHost(leader)
-		}
+		undo = func() error { return c.ResumeHost(leader) }
 	case FaultRestart:
 		up := slices.DeleteFunc(c.Nodes(), func(n *Node) bool { return n.agent == nil })
 		what, err = "all", c.Kill(up...)
-		if err == nil {
-			time.Sleep(s.Hold)
-			err = c.StartAgents(up...)
-		}
+		undo = func() error { return c.StartAgents(up...) }
 	case FaultCrash:
 		what, err = leader.Name, c.Kill(leader)
 	case FaultDiskFull:
 		what, err = victim.Name, c.FillDisk(victim)
-		if err == nil {
-			err = c.markQuorate(voters)
-		}
-		if err == nil {
-			time.Sleep(s.Hold)
-			err = c.FreeDisk(victim)
-		}
+		undo = func() error { return c.FreeDisk(victim) }
 	case FaultJoin:
 		var n *Node
 		if n, err = c.AddNode(); err == nil {
@@ -182,6 +157,12 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 		}
 	default:
 		err = fmt.Errorf("nemesis: unknown fault %q", s.Kind)
+	}
+	if err == nil && undo != nil {
+		if err = c.markQuorate(voters); err == nil {
+			time.Sleep(s.Hold)
+			err = undo()
+		}
 	}
 	if err != nil {
 		return what, err
