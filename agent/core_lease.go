@@ -17,6 +17,10 @@ type rounds struct {
 	// budget and could still extend its lease, oldest first: answers that
 	// come later still count (addLateRenewal). At most maxLateRounds.
 	late []*leasing.Round
+	// grants is, for each voter, when the latest request of this term it
+	// granted was sent: the lease holds until the majority-th latest of
+	// them plus the validity (grantedUntil), whatever their rounds.
+	grants grantLog
 	// abandoned are this node's recent acquire rounds that failed, by
 	// epoch, for releaseLateGrant.
 	abandoned map[uint64]abandonedRound
@@ -55,13 +59,14 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 		budget = c.peerWait(now)
 	}
 	c.rounds.current = leasing.NewRound(c.rounds.seq, kind, epoch, r, now, budget)
+	c.rounds.grants.begin(epoch, r)
 	req := c.rounds.current.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
 	if kind == leasing.Acquire {
 		req.Relayed = c.relayFor(now, epoch)
 	}
 	for _, v := range r.Members() {
 		if toBully(v) == c.cfg.Self {
-			c.rounds.current.Add(c.vote(now, req))
+			c.addTo(c.rounds.current, c.vote(now, req))
 			continue
 		}
 		c.out = append(c.out, outMsg{to: toBully(v), env: envelope{Lease: &req}})
@@ -93,8 +98,71 @@ func (c *core) addReply(now time.Time, rep leasing.Reply) {
 		c.releaseLateGrant(rep)
 		return
 	}
-	c.rounds.current.Add(rep)
+	c.addTo(c.rounds.current, rep)
+	if c.rounds.current.Kind == leasing.Renew && !c.rounds.current.Won() {
+		c.extendByGrants(now) // with grants to earlier rounds, a majority
+	}
 	c.evaluate(now)
+}
+
+// addTo counts rep in round rd, and a grant in the term's grant log.
+func (c *core) addTo(rd *leasing.Round, rep leasing.Reply) {
+	rd.Add(rep)
+	if rep.Granted && rep.Seq == rd.Seq && rep.Epoch == rd.Epoch && rd.Roster.Contains(rep.Voter) {
+		c.rounds.grants.add(rd, rep.Voter)
+	}
+}
+
+// grantLog records, for one term under one roster, when each voter's
+// latest granted request was sent. Each such grant promised a TTL from
+// the voter's receipt of its request, after the send: a majority of
+// voters that each granted a request sent at or after S promises the
+// leader until S plus the validity, whichever rounds those requests
+// belonged to.
+type grantLog struct {
+	epoch  uint64
+	roster string
+	sent   map[string]time.Time // by voter name
+}
+
+// begin readies the log for a round of epoch under r; grants recorded for
+// another term or roster are dropped.
+func (g *grantLog) begin(epoch uint64, r leasing.Roster) {
+	if key := r.String(); g.epoch != epoch || g.roster != key || g.sent == nil {
+		*g = grantLog{epoch: epoch, roster: key, sent: map[string]time.Time{}}
+	}
+}
+
+// add records v's grant of rd's request, if rd is of the log's term and
+// roster.
+func (g *grantLog) add(rd *leasing.Round, v leasing.Node) {
+	if rd.Epoch != g.epoch || rd.Roster.String() != g.roster {
+		return
+	}
+	if t, ok := g.sent[v.Name]; !ok || rd.Sent.After(t) {
+		g.sent[v.Name] = rd.Sent
+	}
+}
+
+// majoritySent is the latest send time S such that a majority of r (of
+// both sets of a joint roster) granted requests sent at S or later, with
+// their count against the majority needed; false when no majority has
+// granted anything of the term.
+func (g *grantLog) majoritySent(r leasing.Roster) (time.Time, leasing.Quorum, bool) {
+	var best time.Time
+	found := false
+	since := func(s time.Time) func(leasing.Node) bool {
+		return func(n leasing.Node) bool { t, ok := g.sent[n.Name]; return ok && !t.Before(s) }
+	}
+	for _, s := range g.sent {
+		if (!found || s.After(best)) && r.Satisfied(since(s)) {
+			best, found = s, true
+		}
+	}
+	if !found {
+		return time.Time{}, leasing.Quorum{}, false
+	}
+	return best, r.Count(since(best)), true
 }
 
 // abandonedRound is an acquire round of this node that failed: the
@@ -212,56 +280,77 @@ const maxLateRounds = 16
 // extend the lease (of another term, or whose validity ends by the
 // lease's deadline), and the oldest beyond maxLateRounds.
 func (c *core) keepLate(rd *leasing.Round) {
-	late := append(c.rounds.late, rd)
-	late = slices.DeleteFunc(late, func(r *leasing.Round) bool {
+	c.rounds.late = append(c.rounds.late, rd)
+	c.pruneLate()
+	c.rounds.late = c.rounds.late[max(0, len(c.rounds.late)-maxLateRounds):]
+}
+
+// pruneLate drops the kept renewal rounds that can no longer extend the
+// lease: of another term, or whose validity ends by its deadline.
+func (c *core) pruneLate() {
+	c.rounds.late = slices.DeleteFunc(c.rounds.late, func(r *leasing.Round) bool {
 		return r.Epoch != c.lease.epoch || !c.cfg.Lease.LeaderDeadline(r.Sent).After(c.lease.deadline)
 	})
-	c.rounds.late = late[max(0, len(late)-maxLateRounds):]
 }
 
 // addLateRenewal counts an answer to c.rounds.late[i], a renewal round of
-// the leader that ran out of budget. If the round now has a majority, the
-// lease extends as if it had won in time: validity counts from when its
-// requests were sent, and every grant promised a TTL from its voter's
-// receipt of them, so the deadline is as safe as an on-time win's. Only a
-// round of the term still led, under the roster still current, and only
-// if its deadline is later than the lease's; the rounds sent before it
-// are dropped (their deadlines are earlier). While voters answer in more
-// than a budget (a loaded host: 0.6-1.4 s against the LAN profile's 1 s),
-// every renewal ran out before its majority came, and the leader lost a
-// term it held. Every round that ran out counts, not only the last: the
-// leader retries every budget and a quarter of a renewal interval (0.37 s
-// with the local profile), and with round trips of 0.5-1.1 s the answers
-// to each round came after the next had run out too, and the lease ended
-// with a majority granting every renewal.
+// the leader that ran out of budget (extendByGrants). While voters answer
+// in more than a budget (a loaded host: 0.6-1.4 s against the LAN
+// profile's 1 s), every renewal ran out before its majority came, and the
+// leader lost a term it held. Every round that ran out counts, not only
+// the last: the leader retries every budget and a quarter of a renewal
+// interval (0.37 s with the local profile), and with round trips of
+// 0.5-1.1 s the answers to each round came after the next had run out
+// too, and the lease ended with a majority granting every renewal.
 func (c *core) addLateRenewal(now time.Time, i int, rep leasing.Reply) {
-	rd := c.rounds.late[i]
-	rd.Add(rep)
-	if !rd.Won() {
+	c.addTo(c.rounds.late[i], rep)
+	c.extendByGrants(now)
+}
+
+// extendByGrants extends the lease of the term led to the end of validity
+// counted from the majority-th latest grant of the term (grantLog), when
+// that is later than its deadline: as safe as an on-time win, since a
+// majority each promised a TTL from after that send. Only under the
+// roster still current. A majority of one round's grants is an on-time
+// win (evaluate); this counts those of rounds that ran out of budget
+// (c.rounds.late), alone or with the round in flight. Counted only by
+// round, a leader whose every voter granted within a TTL could still
+// lose its lease: with one follower's answer of each round arriving, a
+// different one each time, no round had a majority
+// (TestGrantsAcrossRoundsKeepTheLease).
+func (c *core) extendByGrants(now time.Time) {
+	g := &c.rounds.grants
+	if g.epoch != c.lease.epoch || !c.leading() || g.roster != c.roster().String() {
 		return
 	}
-	c.rounds.late = slices.Delete(c.rounds.late, 0, i+1)
-	end := c.cfg.Lease.LeaderDeadline(rd.Sent)
-	if rd.Epoch != c.lease.epoch || !c.leading() || rd.Roster.String() != c.roster().String() ||
-		!end.After(c.lease.deadline) || !now.Before(end) {
+	sent, quorum, ok := g.majoritySent(c.roster())
+	end := c.cfg.Lease.LeaderDeadline(sent)
+	if !ok || !end.After(c.lease.deadline) || !now.Before(end) {
 		return
 	}
 	renewAt := c.lease.renewAt
-	c.extend(rd)
+	c.extendFrom(c.roster(), sent)
 	if renewAt.Before(c.lease.renewAt) {
 		c.lease.renewAt = renewAt // a retry already due stays due
 	}
-	c.rounds.quorum = rd.Quorum()
+	c.pruneLate()
+	c.rounds.quorum = quorum
 	c.count("lease.renewed_late")
-	c.log.Debug("lease renewed by late answers", "epoch", rd.Epoch, "remaining", end.Sub(now))
+	c.log.Debug("lease renewed by late answers", "epoch", c.lease.epoch, "remaining", end.Sub(now),
+		"granted", quorum.Have, "need", quorum.Need)
 }
 
 // extend moves the lease deadline to the end of validity counted from when
 // the won round's requests were sent.
-func (c *core) extend(rd *leasing.Round) {
-	c.lease.roster = rd.Roster
-	c.lease.deadline = c.cfg.Lease.LeaderDeadline(rd.Sent)
-	c.lease.renewAt = rd.Sent.Add(c.cfg.Lease.RenewInterval())
+func (c *core) extend(rd *leasing.Round) { c.extendFrom(rd.Roster, rd.Sent) }
+
+// extendFrom moves the lease deadline, under roster r, to the end of
+// validity counted from sent, and the next renewal a renewal interval
+// after it.
+func (c *core) extendFrom(r leasing.Roster, sent time.Time) {
+	c.lease.roster = r
+	c.lease.deadline = c.cfg.Lease.LeaderDeadline(sent)
+	c.lease.renewAt = sent.Add(c.cfg.Lease.RenewInterval())
 }
 
 // checkLease ends a term whose deadline passed, starts renewals, and
