@@ -94,27 +94,41 @@ func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (resp
 }
 
 // conn returns a pooled connection to addr, or a new one. At most one dial
-// to a peer runs at a time, and calls that find it running wait for it.
-// Its handshake is bounded by DialTimeout, not by the call that started
-// it, so a handshake that outlasts its call still leaves a connection in
-// the pool for the next. On an overloaded host, where handshakes are slow, calls
-// that each dialled and gave up at their own deadline wasted every
-// handshake they started and started more.
+// to a peer runs at a time, and calls that find it running wait for it, or
+// for a connection of another call to come back to the pool, whichever
+// comes first. Its handshake is bounded by DialTimeout, not by the call
+// that started it, so a handshake that outlasts its call still leaves a
+// connection in the pool for the next. On an overloaded host, where
+// handshakes are slow, calls that each dialled and gave up at their own
+// deadline wasted every handshake they started and started more. On a
+// slow link (one-way delays of 1.5 s), where handshakes outlast
+// DialTimeout, calls that waited only for the dial failed with it one
+// after another while the connection of the call before came back to the
+// pool unused, and a leader whose renewals were granted in 3 s lost its
+// lease.
 func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) {
 	for {
 		if c := t.takeIdle(addr); c != nil {
 			return c, nil
 		}
-		d, err := t.pendingDial(ctx, addr)
+		d, pooled, err := t.pendingDial(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
 		select {
 		case <-d.done:
+		case <-pooled:
+			continue // a connection came back to the pool
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: waiting for a connection: %w", ErrUnreachable, ctx.Err())
 		}
 		if d.err != nil {
+			if c := t.takeIdle(addr); c != nil {
+				return c, nil // one came back as the dial failed
+			}
+			if errors.Is(d.err, context.Canceled) && ctx.Err() == nil {
+				continue // the call that started it ended, cutting its connect short: dial afresh
+			}
 			return nil, d.err
 		}
 		// The new connection is in the pool, unless another call took it
@@ -126,24 +140,29 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 type dialing struct {
 	done chan struct{}
 	err  error
+	// pooled is closed, and replaced, each time a connection to the
+	// dial's address comes back to the pool while it runs; guarded by
+	// the transport's mu.
+	pooled chan struct{}
 }
 
 // pendingDial returns the dial to addr in progress, starting one for the
-// call ctx if none is. The TCP connect is bounded by ctx as well as
+// call ctx if none is, and a channel closed when a connection to addr is
+// pooled meanwhile. The TCP connect is bounded by ctx as well as
 // DialTimeout: a peer that does not answer (down, or cut off by a
 // partition) is dialled afresh by the next call, as soon as it is back.
 // The handshake after it, the slow part on a loaded host, is bounded by
 // DialTimeout alone.
-func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, error) {
+func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, <-chan struct{}, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if d := t.dialing[addr]; d != nil {
-		return d, nil
+		return d, d.pooled, nil
 	}
-	d := &dialing{done: make(chan struct{})}
+	d := &dialing{done: make(chan struct{}), pooled: make(chan struct{})}
 	t.dialing[addr] = d
 	t.wg.Add(1)
 	go func() {
@@ -166,7 +185,7 @@ func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, err
 		d.err = err
 		close(d.done)
 	}()
-	return d, nil
+	return d, d.pooled, nil
 }
 
 // clientConn is one outbound connection. Its reader goroutine does all the
@@ -298,6 +317,10 @@ func (t *Transport) release(c *clientConn) {
 	}
 	c.idleUntil = until
 	t.idle[c.addr] = append(t.idle[c.addr], c)
+	if d := t.dialing[c.addr]; d != nil {
+		close(d.pooled) // wake the calls waiting for the dial
+		d.pooled = make(chan struct{})
+	}
 }
 
 func (c *clientConn) isDead() bool {

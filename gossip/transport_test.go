@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -558,5 +559,69 @@ func TestTransportDialOutlivesCall(t *testing.T) {
 	}
 	if d := client.Dialed(); d != 1 {
 		t.Fatalf("dialled %d connections, want 1", d)
+	}
+}
+
+// stallWrap completes the first client handshake and holds every later
+// one until unstall is closed, telling stalled when it starts to.
+type stallWrap struct {
+	countingWrap
+	stalled chan struct{}
+	unstall chan struct{}
+}
+
+func (w *stallWrap) Client(conn net.Conn, addr string) (net.Conn, error) {
+	if w.clients.Load() > 0 {
+		select {
+		case w.stalled <- struct{}{}:
+		default:
+		}
+		<-w.unstall
+	}
+	return w.countingWrap.Client(conn, addr)
+}
+
+// TestTransportCallTakesConnectionPooledDuringDial: a call that found no
+// idle connection and waits for a dial takes a connection another call
+// brings back to the pool meanwhile, rather than the dial's outcome. On
+// a slow link, where handshakes outlast DialTimeout, calls that waited
+// only for the dial failed one after another while the connection before
+// them came back unused.
+func TestTransportCallTakesConnectionPooledDuringDial(t *testing.T) {
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	handler := func(ctx context.Context, req []byte) ([]byte, error) {
+		if string(req) == "slow" {
+			inHandler <- struct{}{}
+			<-release
+		}
+		return echo(ctx, req)
+	}
+	wrap := &stallWrap{countingWrap: countingWrap{greeting: 5}, stalled: make(chan struct{}, 1), unstall: make(chan struct{})}
+	server := listen(t, TransportConfig{Handler: handler, Wrap: &wrap.countingWrap})
+	client := listen(t, TransportConfig{Wrap: wrap, DialTimeout: time.Minute})
+	defer close(wrap.unstall)
+	if got := call(t, client, server.Addr(), "warm"); got != "echo:warm" {
+		t.Fatalf("got %q", got)
+	}
+	slow := make(chan error, 1)
+	go func() { _, err := client.Call(context.Background(), server.Addr(), []byte("slow")); slow <- err }()
+	<-inHandler // the one pooled connection is in use
+	next := make(chan string, 1)
+	go func() {
+		resp, err := client.Call(context.Background(), server.Addr(), []byte("next"))
+		next <- fmt.Sprintf("%s %v", resp, err)
+	}()
+	<-wrap.stalled // the next call found none idle and waits for a dial
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("slow call: %v", err)
+	}
+	select {
+	case got := <-next:
+		if got != "echo:next <nil>" {
+			t.Fatalf("got %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call waited for the stalled dial, not for the connection pooled meanwhile")
 	}
 }
