@@ -9,10 +9,23 @@ import (
 
 	"github.com/tenurehq/tenure/bully"
 	"github.com/tenurehq/tenure/gossip"
+	"github.com/tenurehq/tenure/leasing"
 )
 
-// sendTimeout bounds one outbound peer message.
+// sendTimeout bounds one outbound peer message, but a renewal
+// (renewTimeout) and an announcement (announceTimeout).
 const sendTimeout = 2 * time.Second
+
+// renewTimeout bounds a renewal request: its answer may extend the lease
+// until the lease's validity counted from its send has passed
+// (core.extendByGrants), so the call waits that long, or sendTimeout if
+// longer. Bounded by sendTimeout, no round trip over 2 s renewed a lease
+// whatever its TTL: with a 10 s TTL and one-way delays of 1.5 s ± 0.75 s
+// on every link, the leader's lease ended at its first renewal and no
+// node led until the delays ended (16 s).
+func (a *Agent) renewTimeout() time.Duration {
+	return max(sendTimeout, a.cfg.leaseTiming().Validity())
+}
 
 // announceTimeout bounds a COORDINATOR. A new term is announced to every
 // member at once, most of them over new connections, and on a loaded host
@@ -92,6 +105,9 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 		return
 	}
 	timeout, finish := sendTimeout, func() {}
+	if r := msg.env.Lease; r != nil && r.Kind == leasing.Renew {
+		timeout = a.renewTimeout()
+	}
 	if m := msg.env.Bully; m != nil && m.Type == bully.MsgCoordinator {
 		var ok bool
 		if finish, ok = a.announcing.start(*m); !ok {
