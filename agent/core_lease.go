@@ -19,7 +19,7 @@ type rounds struct {
 	late []*leasing.Round
 	// grants is, for each voter, when the latest request of this term it
 	// granted was sent: the lease holds until the majority-th latest of
-	// them plus the validity (grantedUntil), whatever their rounds.
+	// them plus the validity (extendByGrants), whatever their rounds.
 	grants grantLog
 	// abandoned are this node's recent acquire rounds that failed, by
 	// epoch, for releaseLateGrant.
