@@ -107,8 +107,7 @@ func (c *core) addReply(now time.Time, rep leasing.Reply) {
 
 // addTo counts rep in round rd, and a grant in the term's grant log.
 func (c *core) addTo(rd *leasing.Round, rep leasing.Reply) {
-	rd.Add(rep)
-	if rep.Granted && rep.Seq == rd.Seq && rep.Epoch == rd.Epoch && rd.Roster.Contains(rep.Voter) {
+	if rd.Add(rep) {
 		c.rounds.grants.add(rd, rep.Voter)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,12 +228,17 @@ func TestRoundCounting(t *testing.T) {
 	r := Bootstrap(ns)
 	t0 := time.Unix(0, 0)
 	rd := NewRound(1, Acquire, 7, r, t0, time.Second)
-	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7})
-	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7}) // repeat
-	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: Node{9, "x"}, Granted: true})      // outsider
-	rd.Add(Reply{Seq: 0, Epoch: 7, Voter: ns[4], Granted: true})             // an older round's
-	rd.Add(Reply{Seq: 1, Epoch: 6, Voter: ns[4], Granted: true})             // another epoch's
-	rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[1], Reason: ReasonPromised, Highest: 9, Remaining: 3 * time.Second})
+	counted := []bool{
+		rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7}),
+		rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[0], Granted: true, Highest: 7}), // repeat
+		rd.Add(Reply{Seq: 1, Epoch: 7, Voter: Node{9, "x"}, Granted: true}),      // outsider
+		rd.Add(Reply{Seq: 0, Epoch: 7, Voter: ns[4], Granted: true}),             // an older round's
+		rd.Add(Reply{Seq: 1, Epoch: 6, Voter: ns[4], Granted: true}),             // another epoch's
+		rd.Add(Reply{Seq: 1, Epoch: 7, Voter: ns[1], Reason: ReasonPromised, Highest: 9, Remaining: 3 * time.Second}),
+	}
+	if want := []bool{true, false, false, false, false, false}; !slices.Equal(counted, want) {
+		t.Fatalf("Add counted as grants %v, want %v", counted, want)
+	}
 	if rd.Won() || rd.Lost(t0) || rd.Quorum() != (Quorum{1, 3}) {
 		t.Fatalf("after 1 grant: won=%v lost=%v quorum=%v", rd.Won(), rd.Lost(t0), rd.Quorum())
 	}

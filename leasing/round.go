@@ -72,11 +72,12 @@ func (r *Round) Request(candidate Node, ttl time.Duration) Request {
 		ClusterID: r.Roster.ClusterID, RosterVersion: r.Roster.Version, RosterEpoch: r.Roster.Epoch}
 }
 
-// Add records a reply. Replies to another round, from nodes outside the
-// roster, and repeats are ignored.
-func (r *Round) Add(rep Reply) {
+// Add records a reply, and reports whether it counted it as a grant.
+// Replies to another round, from nodes outside the roster, and repeats
+// are ignored.
+func (r *Round) Add(rep Reply) (granted bool) {
 	if rep.Seq != r.Seq || rep.Epoch != r.Epoch || !r.Roster.Contains(rep.Voter) || r.replied[rep.Voter.Name] {
-		return
+		return false
 	}
 	r.replied[rep.Voter.Name] = true
 	r.highest = max(r.highest, rep.Highest)
@@ -85,7 +86,7 @@ func (r *Round) Add(rep Reply) {
 		r.longest = max(r.longest, rep.Longest)
 		r.unknown = r.unknown || rep.Longest == 0
 		r.earlier = r.earlier || !rep.First
-		return
+		return true
 	}
 	r.refusals[rep.Reason]++
 	r.reasons[rep.Voter.Name] = rep.Reason
@@ -97,6 +98,7 @@ func (r *Round) Add(rep Reply) {
 		rep.Roster.Newer(r.Roster) && (r.newer == nil || rep.Roster.Newer(*r.newer)) {
 		r.newer = rep.Roster
 	}
+	return false
 }
 
 // LongestTTL returns the longest TTL the granting voters ever promised,
