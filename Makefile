@@ -52,10 +52,11 @@ fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzScreenGossip$$' -fuzztime=$(FUZZTIME) ./gossip
 
 # Many random schedules of the deterministic core (make test runs 400, 100
-# bootstrap races, 200 with late roster steps and 20 replays of the old
-# release order), with the count of epochs per term under churn, and
-# SCHEDULES/5 schedules with late roster steps and runs of three failovers
-# on a loaded network, and SCHEDULES/100 runs of a leader on slow links
+# bootstrap races, 200 with late roster steps, 200 with leaving views and
+# 20 replays of the old release order), with the count of epochs per term under churn, and
+# SCHEDULES/5 schedules with late roster steps, with views that hold live
+# nodes leaving, and runs of three failovers on a loaded network, and
+# SCHEDULES/100 runs of a leader on slow links
 # per delay and of one whose grants come one per round; the results of
 # the last long runs are in docs/RELIABILITY.md. A schedule's seed comes
 # from its index: FROM=20000 starts at index 20000, to run schedules not
@@ -63,7 +64,7 @@ fuzz-short:
 SCHEDULES ?= 5000
 FROM ?= 0
 sim:
-	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesWithLateRosterSteps|TestRandomSchedulesFindEagerRelease|TestEpochsPerTermUnderChurn|TestLoadedNetworkFailsOverInOneTerm|TestSlowLinksKeepTheLease|TestGrantsAcrossRoundsKeepTheLease)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
+	$(GO) test -count=1 -timeout=60m -run='^(TestRandomQuorumSchedules|TestRandomBootstrapRaces|TestRandomSchedulesWithLateRosterSteps|TestRandomSchedulesFindEagerRelease|TestEpochsPerTermUnderChurn|TestLoadedNetworkFailsOverInOneTerm|TestSlowLinksKeepTheLease|TestGrantsAcrossRoundsKeepTheLease|TestRandomSchedulesWithLeavingViews)$$' ./agent -args -schedules=$(SCHEDULES) -schedules.from=$(FROM)
 
 # A longer fuzz run: make fuzz FUZZTIME=2000000x (or a duration such as 10m,
 # keeping in mind the go1.26 deadline race above).

@@ -453,6 +453,55 @@ func TestRandomSchedulesWithLateRosterSteps(t *testing.T) {
 		runs, total.delivered, total.stored, total.afterLater)
 }
 
+// TestRandomSchedulesWithLeavingViews runs random schedules in which,
+// besides their faults, gossip on a random node sometimes holds another
+// live node as leaving for 1-10 s while peer messages flow (serf#662: a
+// member that left and came back under its old name is not listed alive
+// on some nodes until gossip/leaving.go revives it). The checks after
+// every step (I1, I2, I3) and the final leader (I5) must hold as in
+// TestRandomQuorumSchedules; the test fails if no view held a leader
+// leaving, so a change that stops the fault cannot pass it silently.
+func TestRandomSchedulesWithLeavingViews(t *testing.T) {
+	leaders := 0
+	runs := scheduleRuns(*schedules/5, 200, 20)
+	for _, i := range scheduleIndices(runs) {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := runSchedule(t, i, func(s *csim) { s.leaving = map[[2]string]time.Time{} })
+			leaders += s.leavingLeaders
+		})
+	}
+	if leaders == 0 {
+		t.Fatalf("no view held a leader leaving in %d schedules", runs)
+	}
+	t.Logf("%d schedules: views held a leader leaving %d times", runs, leaders)
+}
+
+// randomLeaving ends the leaving views that are due and, one time in
+// three, has a random node's gossip hold another as leaving for 1-10 s.
+func (s *csim) randomLeaving() {
+	changed := false
+	for k, until := range s.leaving {
+		if !s.now.Before(until) {
+			delete(s.leaving, k)
+			delete(s.hidden, k)
+			changed = true
+		}
+	}
+	if a, b := s.order[s.rand.IntN(len(s.order))], s.order[s.rand.IntN(len(s.order))]; a != b && s.rand.IntN(3) == 0 {
+		k := [2]string{a, b}
+		s.leaving[k] = s.now.Add(time.Duration(1000+s.rand.IntN(9000)) * time.Millisecond)
+		s.hidden[k] = true
+		if s.leader() == b {
+			s.leavingLeaders++
+		}
+		s.trace("gossip on %s holds %s leaving until %v", a, b, s.leaving[k].Sub(s.start))
+		changed = true
+	}
+	if changed {
+		s.syncViews()
+	}
+}
+
 // runSchedule runs random schedule i; adjust, when given, changes the
 // simulation before its nodes start (a variant of the schedules).
 func runSchedule(t testing.TB, i int, adjust func(*csim)) *csim {
@@ -492,6 +541,9 @@ func runSchedule(t testing.TB, i int, adjust func(*csim)) *csim {
 		s.randomFault(&wiped)
 		s.randomMembership()
 		s.randomHandover() // core_drain_sim_test.go
+		if s.leaving != nil {
+			s.randomLeaving()
+		}
 		for range 2 {
 			s.named.random(s)
 		}
@@ -506,6 +558,10 @@ func runSchedule(t testing.TB, i int, adjust func(*csim)) *csim {
 // that are down, and checks I5: a leader within a bound, still there later.
 func (s *csim) finalPhase() {
 	s.trace("final phase: heal")
+	for k := range s.leaving {
+		delete(s.leaving, k) // gossip/leaving.go revives them in time
+		delete(s.hidden, k)
+	}
 	s.heal()
 	s.drop, s.slow, s.dup, s.lag = 0, 0, 0, [2]time.Duration{}
 	for _, name := range s.order {
@@ -1162,6 +1218,58 @@ func TestWronglyReportedLeaderKeepsItsFollowers(t *testing.T) {
 	}
 	if n := len(s.terms) - terms; n != 0 {
 		t.Fatalf("%d terms started, want none\n%s", n, s.dump())
+	}
+}
+
+// TestLeaderHeldLeavingKeepsItsFollowers: gossip on a follower can hold
+// a live leader as leaving for seconds (serf#662: a member that left and
+// came back under its old name is not listed alive on some nodes until
+// gossip/leaving.go revives it, up to 4.7 s with the local timing, 13 s
+// with the LAN one), while the leader's peer messages flow. Five nodes,
+// both timings; six times a random follower's view leaves out the leader
+// for 3-12 s: the follower names the leader and its term throughout, and
+// no term starts. Before, each COORDINATOR kept such a leader for the
+// coordinator timeout only, and the follower said "no leader" for the
+// rest of every announce interval (the TTL 1 s fault harness saw 5-20 ms
+// of every second).
+func TestLeaderHeldLeavingKeepsItsFollowers(t *testing.T) {
+	for _, lan := range []bool{false, true} {
+		t.Run(map[bool]string{false: "local", true: "lan"}[lan], func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.minDetection = gossip.LocalTiming().FailureDetectionFloor()
+			if lan {
+				s.lan, s.ttl = true, 10*time.Second
+				s.minDetection = gossip.LANTiming().FailureDetectionFloor()
+			}
+			s.addNodes(5)
+			l, _ := s.waitLeader(15*time.Second, "n5")
+			s.run(5 * time.Second) // past the first term's start-up
+			term, terms := s.nodes[l].c.m.Status().Term, len(s.terms)
+			follows := func(f, when string) {
+				t.Helper()
+				if st := s.nodes[f].c.m.Status(); st.Leader.Name != l || st.Term != term {
+					t.Fatalf("%s %s: follows %q in term %d, want %s in term %d\n%s", f, when, st.Leader.Name, st.Term, l, term, s.dump())
+				}
+			}
+			for range 6 {
+				s.run(time.Duration(s.rand.IntN(3000)) * time.Millisecond)
+				f := s.othersThan(l)[s.rand.IntN(len(s.order)-1)]
+				s.hidden[[2]string{f, l}] = true
+				s.syncViews()
+				for end := s.now.Add(time.Duration(3000+s.rand.IntN(9000)) * time.Millisecond); s.now.Before(end); s.tick() {
+					follows(f, "while gossip holds the leader leaving")
+				}
+				delete(s.hidden, [2]string{f, l})
+				s.syncViews()
+				s.run(time.Second)
+				for _, x := range s.othersThan(l) {
+					follows(x, "after gossip lists the leader again")
+				}
+			}
+			if n := len(s.terms) - terms; n != 0 {
+				t.Fatalf("%d terms started, want none\n%s", n, s.dump())
+			}
+		})
 	}
 }
 

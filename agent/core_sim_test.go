@@ -31,8 +31,12 @@ type csim struct {
 	cut     map[[2]string]bool // gossip and peer messages cut (a→b)
 	peerCut map[[2]string]bool // peer messages only: gossip still sees both
 	hidden  map[[2]string]bool // gossip does not list b to a yet; peer messages flow
-	drop    float64
-	slow    float64 // share of messages delayed up to two TTLs
+	// leaving, when set, has random nodes' gossip hold other live nodes
+	// as leaving (hidden) until the time given (randomLeaving).
+	leaving        map[[2]string]time.Time
+	leavingLeaders int // how often a view held the leader leaving
+	drop           float64
+	slow           float64 // share of messages delayed up to two TTLs
 	// lag, when its upper bound is set, replaces the usual 1–30 ms delay
 	// with one drawn from [lag[0], lag[1]]: a loaded host.
 	lag [2]time.Duration

@@ -392,7 +392,17 @@ func (m *Machine) endTerm(now time.Time, resign Message, why string) {
 
 // follow adopts l as leader of term. A leader that gossip does not list as
 // live (its announcement overtook the membership, or was in flight when it
-// died) is followed for CoordinatorTimeout at most, unless it shows up live.
+// died, or gossip holds it as leaving) is followed until its next
+// announcement is overdue (announceOverdue, and at least
+// CoordinatorTimeout), unless it shows up live; each announcement starts
+// that wait again. Gossip can hold a live member as leaving for seconds
+// (serf#662, gossip/leaving.go); given CoordinatorTimeout alone, as
+// before, such a leader was forgotten before each of its announcements:
+// "no leader" for 5-20 ms of every second with the local timing, a third
+// of the time with the LAN one. The longer wait does not slow a
+// failover: followers that list the leader learn of its death from
+// gossip, and with leases no other term starts before the dead leader's
+// lease ends, a TTL after its last renewal.
 func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.first = nil
 	m.state = StateFollower
@@ -402,6 +412,9 @@ func (m *Machine) follow(now time.Time, l Node, term uint64) {
 	m.failures, m.retryAt = 0, time.Time{} // a vacancy after this one starts afresh
 	if !m.isLive(l) {
 		m.deadline = now.Add(m.cfg.CoordinatorTimeout)
+		if d := m.announceOverdue(); d.After(m.deadline) {
+			m.deadline = d
+		}
 	}
 	if term > m.lastTerm {
 		m.lastLeader, m.lastTerm = l, term

@@ -263,10 +263,17 @@ func (m *Machine) leaderDropped(now time.Time) {
 		m.forgetLeader(now, "gossip reports it failed")
 		return
 	}
-	next := m.heard.Add(m.cfg.AnnounceInterval + m.cfg.ElectionTimeout)
+	next := m.announceOverdue()
 	if m.deadline.IsZero() || next.Before(m.deadline) {
 		m.deadline = next
 	}
+}
+
+// announceOverdue is when the followed leader's next COORDINATOR is
+// overdue: an announce interval after the last one and an election wait
+// (the time a round trip may take) for it to arrive.
+func (m *Machine) announceOverdue() time.Time {
+	return m.heard.Add(m.cfg.AnnounceInterval + m.electionWait())
 }
 
 // askReported asks a leader this node forgot on gossip's report that it

@@ -2,6 +2,8 @@ package bully
 
 import (
 	"fmt"
+	"github.com/tenurehq/tenure/internal/testlog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -624,7 +626,8 @@ func newMachine(t *testing.T, id uint64, name string, adjust ...func(*Config)) (
 // TestLeaderAheadOfGossipIsFollowed: a COORDINATOR can come from a node
 // gossip does not list yet (in a fleet that starts together, joins take
 // seconds to spread on a loaded host). The follower keeps it while the
-// membership catches up, for CoordinatorTimeout at most; it forgets at
+// membership catches up, until its next COORDINATOR is overdue (at least
+// CoordinatorTimeout; see TestLeaderHeardOnScheduleIsKept); it forgets at
 // once a leader gossip listed and no longer does (with MinDetection zero:
 // see TestWronglyReportedLeaderIsKept). Before, every membership
 // update dropped the unlisted leader, and followers kept losing and
@@ -654,13 +657,14 @@ func TestLeaderAheadOfGossipIsFollowed(t *testing.T) {
 	m, cfg, now = newMachine(t, 2, "n2")
 	m.SetMembers(now, without)
 	m.Step(now, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 1})
-	for at := time.Duration(0); at < cfg.CoordinatorTimeout; at += 250 * time.Millisecond {
+	overdue := max(cfg.CoordinatorTimeout, cfg.AnnounceInterval+cfg.ElectionTimeout)
+	for at := time.Duration(0); at < overdue; at += 250 * time.Millisecond {
 		m.SetMembers(now.Add(at), without)
 		m.Tick(now.Add(at))
 	}
-	leads("never listed, within the timeout", n9.Node)
-	m.Tick(now.Add(cfg.CoordinatorTimeout))
-	leads("never listed, at the timeout", Node{})
+	leads("never listed, its next COORDINATOR not yet overdue", n9.Node)
+	m.Tick(now.Add(overdue))
+	leads("never listed, its next COORDINATOR overdue", Node{})
 }
 
 // TestRelayedLeaderIsFollowed: a node that knows no leader follows the one
@@ -1002,5 +1006,68 @@ func TestLateCoordinatorOfAResignedTermIsNotFollowed(t *testing.T) {
 	coordinator(4)
 	if st := m.Status(); st.Leader != n9.Node || st.Term != 4 {
 		t.Fatalf("after n9's next term: %+v, want n9 in term 4", st)
+	}
+}
+
+// TestLeaderHeardOnScheduleIsKept: gossip on a follower can hold a live
+// leader as leaving for seconds (a member that left and came back under
+// its old name, not listed alive since; the fault harness saw up to 5 s
+// with the local timing, serf#662, gossip/leaving.go).
+// A leader whose COORDINATORs keep coming on schedule is kept all that
+// time, and no ELECTION goes out; when they stop, the leader is forgotten
+// once the next is overdue (an announce interval and an election wait
+// after the last), not sooner. Before, each COORDINATOR gave the leader
+// CoordinatorTimeout, shorter than the announce interval with the LAN
+// timing and equal to it with the local one, and the follower said "no
+// leader" (and with the LAN timing campaigned) for the rest of every
+// interval.
+func TestLeaderHeardOnScheduleIsKept(t *testing.T) {
+	local := func(c *Config) {
+		c.ElectionTimeout, c.CoordinatorTimeout, c.AnnounceInterval = 200*time.Millisecond, time.Second, time.Second
+	}
+	for _, tc := range []struct {
+		name   string
+		adjust func(*Config)
+	}{{"lan", func(*Config) {}}, {"local", local}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, cfg, now := newMachine(t, 2, "n2", tc.adjust)
+			seed := testlog.Seed(t)
+			r := rand.New(rand.NewPCG(seed, seed))
+			n1, n9 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}, Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
+			m.SetMembers(now, []Member{cfg.Self, n1}) // n9 restarted, held as leaving
+			announce := func(at time.Time) {
+				m.Step(at, Message{Type: MsgCoordinator, From: n9.Node, To: cfg.Self.Node, Leader: n9.Node, Term: 3})
+			}
+			announce(now)
+			m.Ready()
+			// Announcements an interval apart, each arriving up to a
+			// quarter of the election timeout late or early.
+			next, last := now.Add(cfg.AnnounceInterval), now
+			for at := now; at.Before(now.Add(20 * time.Second)); at = at.Add(10 * time.Millisecond) {
+				if !at.Before(next) {
+					announce(at)
+					last = at
+					skew := time.Duration(r.Int64N(int64(cfg.ElectionTimeout/2))) - cfg.ElectionTimeout/4
+					next = next.Add(cfg.AnnounceInterval + skew)
+				}
+				m.Tick(at)
+				if got := m.Status().Leader; got != n9.Node {
+					t.Fatalf("%v after the start, %v after its last COORDINATOR: leader %v, want n9",
+						at.Sub(now), at.Sub(last), got)
+				}
+				for _, msg := range m.Ready().Messages {
+					t.Fatalf("%v after the start: sent %v while the leader announces on schedule", at.Sub(now), brief([]Message{msg}))
+				}
+			}
+			due := last.Add(cfg.AnnounceInterval + cfg.ElectionTimeout)
+			m.Tick(due.Add(-time.Millisecond))
+			if got := m.Status().Leader; got != n9.Node {
+				t.Fatalf("forgot the leader before its next COORDINATOR was overdue: leader %v", got)
+			}
+			m.Tick(due)
+			if got := m.Status().Leader; !got.IsZero() {
+				t.Fatalf("its COORDINATOR overdue and gossip not listing it: leader %v, want none", got)
+			}
+		})
 	}
 }
