@@ -53,14 +53,14 @@ fuzz-short:
 
 # Many random schedules of the deterministic core (make test runs 400, 100
 # bootstrap races, 200 with late roster steps, 200 with leaving views and
-# 20 replays of the old release order), with the count of epochs per term under churn, and
-# SCHEDULES/5 schedules with late roster steps, with views that hold live
-# nodes leaving, and runs of three failovers on a loaded network, and
-# SCHEDULES/100 runs of a leader on slow links
-# per delay and of one whose grants come one per round; the results of
-# the last long runs are in docs/RELIABILITY.md. A schedule's seed comes
-# from its index: FROM=20000 starts at index 20000, to run schedules not
-# run before.
+# 20 replays of the old release order), with the count of epochs per term
+# under churn, and SCHEDULES/5 schedules with late roster steps, with
+# views that hold live nodes leaving, and runs of three failovers on a
+# loaded network, and SCHEDULES/100 runs of a leader on slow links per
+# delay and of one whose grants come one per round; the results of the
+# last long runs are in docs/RELIABILITY.md. A schedule's seed comes from
+# its index: FROM=20000 starts at index 20000, to run schedules not run
+# before.
 SCHEDULES ?= 5000
 FROM ?= 0
 sim:
