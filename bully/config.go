@@ -63,7 +63,10 @@ type Config struct {
 	TransferWindow time.Duration
 	// AnnounceInterval is how often a leader repeats its COORDINATOR to every
 	// live member, so a node that missed the announcement (a lost message, a
-	// healed partition) learns the current term. Default 3s.
+	// healed partition) learns the current term. A follower keeps a leader
+	// that gossip does not list alive until an announce interval and an
+	// election wait after its last COORDINATOR (at least
+	// CoordinatorTimeout). Default 3s.
 	AnnounceInterval time.Duration
 	// MinDetection is the least time the membership takes to report failed
 	// a member that stopped answering: with gossip, one probe timeout and
