@@ -294,6 +294,7 @@ func (c *core) receive(now time.Time, env envelope) *envelope {
 	switch {
 	case env.Bully != nil:
 		c.receiveRelease(now, *env.Bully, env.Released)
+		c.noteAnnouncement(now, *env.Bully)
 		if r := c.m.Step(now, *env.Bully); r != nil {
 			reply = &envelope{Bully: r}
 		}

@@ -42,9 +42,12 @@ type csim struct {
 	lag [2]time.Duration
 	// lan runs the nodes with the LAN profile's election timings (the
 	// Local profile's otherwise).
-	lan     bool
-	dup     float64 // share of messages delivered twice
-	queue   []flight
+	lan   bool
+	dup   float64 // share of messages delivered twice
+	queue []flight
+	// held are the messages that reached a frozen node: its kernel holds
+	// them on the TCP connection until the process wakes (releaseHeld).
+	held    []heldFlight
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
 
@@ -135,6 +138,12 @@ type flight struct {
 	at       time.Time
 	reply    bool
 	sent     time.Time // when the call a reply answers went out
+}
+
+// heldFlight is a message held for a frozen node, in the boot it reached.
+type heldFlight struct {
+	flight
+	boot int
 }
 
 // errDisk is a failed write of a simulated disk.
@@ -547,6 +556,9 @@ func (d *driverTicks) due(at, local time.Time, c *core) bool {
 // check the invariants.
 func (s *csim) tick() {
 	s.now = s.now.Add(s.step)
+	if len(s.held) > 0 {
+		s.releaseHeld()
+	}
 	var later []flight
 	due := s.queue
 	s.queue = nil
@@ -626,10 +638,57 @@ func (s *csim) linked(a, b string) bool {
 
 func (s *csim) deliver(f flight) {
 	to := s.nodes[f.to]
+	if to.paused && s.reach(f.from, f.to) && !s.peerCut[[2]string{f.from, f.to}] {
+		// A frozen process's kernel still takes the message on the
+		// connection; the process reads it when it wakes.
+		s.held = append(s.held, heldFlight{flight: f, boot: to.boots})
+		return
+	}
 	if !s.linked(f.from, f.to) || (s.drop > 0 && s.rand.Float64() < s.drop) ||
 		(s.dropIf != nil && s.dropIf(f)) {
 		return
 	}
+	s.receive(f)
+}
+
+// releaseHeld hands the nodes that woke the messages their kernels held
+// while they were frozen, those whose senders still wait for the answer
+// (heldFor): the agent abandons a call at its timeout and resets the
+// connection, and the reset discards what the receiver had not read. A
+// node that crashed meanwhile lost them with its connections.
+func (s *csim) releaseHeld() {
+	var keep []heldFlight
+	for _, h := range s.held {
+		to := s.nodes[h.to]
+		switch {
+		case to.paused && to.up && to.boots == h.boot:
+			keep = append(keep, h)
+		case to.up && to.boots == h.boot && s.now.Sub(h.sent) < s.heldFor(h.flight) &&
+			(s.dropIf == nil || !s.dropIf(h.flight)):
+			s.receive(h.flight)
+		}
+	}
+	s.held = keep
+}
+
+// heldFor is how long the sender of f waits for its answer, as the agent
+// bounds the call (Agent.send): a renewal for its lease's validity, an
+// announcement for announceTimeout, anything else for sendTimeout.
+func (s *csim) heldFor(f flight) time.Duration {
+	switch {
+	case f.reply:
+		return sendTimeout
+	case f.env.Lease != nil && f.env.Lease.Kind == leasing.Renew:
+		return max(sendTimeout, s.nodes[f.from].c.cfg.Lease.Validity())
+	case f.env.Bully != nil && f.env.Bully.Type == bully.MsgCoordinator:
+		return announceTimeout
+	}
+	return sendTimeout
+}
+
+// receive hands f to its receiver and sends the answer back.
+func (s *csim) receive(f flight) {
+	to := s.nodes[f.to]
 	now := s.local(to, s.now)
 	if f.reply {
 		// As the driver does: the call was answered (a sample of the

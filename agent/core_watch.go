@@ -32,11 +32,17 @@ type leaseWatch struct {
 	// selfPromised: this node's own voter promised the term (as
 	// sighting.promised).
 	selfPromised bool
-	next         time.Time           // the next query
-	sent         time.Time           // the last query went out at
-	seen         map[string]sighting // each voter's latest answer, for this term
-	end          time.Time           // the end last told to the election
-	told         bool                // the end's passing was logged
+	next         time.Time // the next query
+	sent         time.Time // the last query went out at
+	// heard is when the leader last announced the term (a COORDINATOR):
+	// it was running then, and may have renewed the voters' promises
+	// after they answered. Near the end they are asked again at once
+	// (heardNearEnd), and until recheck, when their answers are due, the
+	// end told to the election is no earlier than that.
+	heard, recheck time.Time
+	seen           map[string]sighting // each voter's latest answer, for this term
+	end            time.Time           // the end last told to the election
+	told           bool                // the end's passing was logged
 }
 
 // sighting is a voter's answer to the watch, on this node's clock.
@@ -106,7 +112,10 @@ func (c *core) watchLease(now time.Time) {
 		// (noteSighting).
 		w.released = w.released || (st.Released == toLeasing(l) && st.ReleasedEpoch >= term)
 	}
-	if !now.Before(w.next) {
+	if again := c.heardNearEnd(now); again || !now.Before(w.next) {
+		if again {
+			w.recheck = now.Add(c.peerWait(now))
+		}
 		w.sent = now
 		w.next = now.Add(c.cfg.Lease.RenewInterval() / 4) // unless answers say when
 		c.askFloors()
@@ -125,6 +134,34 @@ func (c *core) watchLease(now time.Time) {
 		w.told = true
 		c.log.Info("the leader stopped renewing: the voters' promises to its term have run out; campaigning as the node next in line",
 			"leader", w.leader.Name, "term", w.term)
+	}
+}
+
+// heardNearEnd reports whether the leader announced its term after the
+// last query went out, with the end the answers put so near that the
+// pre-end query is due before the next one: then the watch asks again at
+// once. A leader that wakes from a freeze long enough for gossip to drop
+// it announces at once, and its answers to the queries sent to it while
+// it was frozen come in late (its kernel held them); their round trips of
+// up to a second stretched preEndWait to a quarter of a renewal interval,
+// so the pre-end query counted as sent long before the end, and the
+// election dropped the leader at the end on answers older than its
+// renewal: "no leader" until its next announcement (2.95 s in the fault
+// harness, LAN timing, a 9 s freeze of a leader with a 10 s lease;
+// TestFreezeOutlastingGossipKeepsTheTerm).
+func (c *core) heardNearEnd(now time.Time) bool {
+	w := &c.watch
+	if !w.heard.After(w.sent) {
+		return false
+	}
+	end := c.leaseEnd(now)
+	return !end.IsZero() && end.Add(-c.preEndWait(now)).Before(w.next)
+}
+
+// noteAnnouncement records a COORDINATOR for the watched term (heard).
+func (c *core) noteAnnouncement(now time.Time, m bully.Message) {
+	if w := &c.watch; m.Type == bully.MsgCoordinator && w.term != 0 && m.From == w.leader && m.Term == w.term {
+		w.heard = now
 	}
 }
 
@@ -183,6 +220,13 @@ func (c *core) voterSpan(d time.Duration) time.Duration {
 func (c *core) tellEnd(now time.Time) {
 	w := &c.watch
 	end := c.leaseEnd(now)
+	if !end.IsZero() && end.Before(w.recheck) && now.Before(w.recheck) && c.answersPredate(now, w.heard) {
+		// The leader announced its term after answers this end rests on,
+		// and they are being asked again: no earlier than their answers
+		// are due. Only later, so a node that forgot the leader still
+		// holds its campaign until the end (LeaseEnds).
+		end = w.recheck
+	}
 	if end.Equal(w.end) || (!end.After(now) && !w.end.IsZero() && !w.end.After(now)) {
 		return // unchanged, or over both times
 	}
@@ -210,9 +254,8 @@ func (c *core) leaseEnd(now time.Time) time.Time {
 		return time.Time{}
 	}
 	free := map[string]time.Time{}
-	fresh := c.cfg.Lease.RenewInterval() + c.cfg.Lease.AcquireBudget
 	for name, s := range w.seen {
-		if s.promised && now.Sub(s.at) <= fresh {
+		if c.counts(now, s) {
 			free[name] = s.free
 		}
 	}
@@ -231,4 +274,22 @@ func (c *core) leaseEnd(now time.Time) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// counts reports whether a voter's answer counts towards the end: it saw
+// the voter promise the term, and is younger than a renewal interval and
+// a query's budget.
+func (c *core) counts(now time.Time, s sighting) bool {
+	return s.promised && now.Sub(s.at) <= c.cfg.Lease.RenewInterval()+c.cfg.Lease.AcquireBudget
+}
+
+// answersPredate reports whether an answer that counts towards the end
+// came no later than t.
+func (c *core) answersPredate(now, t time.Time) bool {
+	for _, s := range c.watch.seen {
+		if c.counts(now, s) && !s.at.After(t) {
+			return true
+		}
+	}
+	return false
 }
