@@ -47,7 +47,11 @@ type csim struct {
 	queue []flight
 	// held are the messages that reached a frozen node: its kernel holds
 	// them on the TCP connection until the process wakes (releaseHeld).
-	held    []heldFlight
+	held []heldFlight
+	// unacked are the messages a cut link stopped: the sender's kernel
+	// retransmits them until the link heals or the call is abandoned
+	// (retransmit).
+	unacked []retransmission
 	ttl     time.Duration
 	initial int // nodes bootstrapped together by addNodes
 
@@ -145,6 +149,19 @@ type heldFlight struct {
 	flight
 	boot int
 }
+
+// retransmission is a message a cut link stopped, as TCP retransmits it:
+// the first retry a minimum RTO (200 ms on Linux) after the first send,
+// each next one twice as long after the last.
+type retransmission struct {
+	flight
+	boots [2]int // the sender's and the receiver's, when it was sent
+	next  time.Time
+	rto   time.Duration
+}
+
+// minRTO is Linux's minimum TCP retransmission timeout.
+const minRTO = 200 * time.Millisecond
 
 // errDisk is a failed write of a simulated disk.
 var errDisk = errors.New("simulated disk failure")
@@ -559,6 +576,9 @@ func (s *csim) tick() {
 	if len(s.held) > 0 {
 		s.releaseHeld()
 	}
+	if len(s.unacked) > 0 {
+		s.retransmit()
+	}
 	var later []flight
 	due := s.queue
 	s.queue = nil
@@ -644,11 +664,44 @@ func (s *csim) deliver(f flight) {
 		s.held = append(s.held, heldFlight{flight: f, boot: to.boots})
 		return
 	}
+	if from := s.nodes[f.from]; from.up && to.up && !s.linked(f.from, f.to) {
+		// Cut (both ends run): the sender's kernel retransmits it.
+		s.unacked = append(s.unacked, retransmission{flight: f, boots: [2]int{from.boots, to.boots}, next: s.now.Add(minRTO), rto: minRTO})
+		return
+	}
 	if !s.linked(f.from, f.to) || (s.drop > 0 && s.rand.Float64() < s.drop) ||
 		(s.dropIf != nil && s.dropIf(f)) {
 		return
 	}
 	s.receive(f)
+}
+
+// retransmit resends the messages cut links stopped, as TCP does: at each
+// retry whose link is whole again the message gets through (to a frozen
+// receiver's kernel, which holds it); it is given up once its sender
+// abandoned the call (heldFor: the connection is reset, the reset lost on
+// the cut link, and nothing more is sent on it) or either end restarted.
+func (s *csim) retransmit() {
+	var keep []retransmission
+	for _, r := range s.unacked {
+		from, to := s.nodes[r.from], s.nodes[r.to]
+		switch {
+		case !from.up || !to.up || from.boots != r.boots[0] || to.boots != r.boots[1] || s.now.Sub(r.sent) >= s.heldFor(r.flight):
+		case s.now.Before(r.next):
+			keep = append(keep, r)
+		case to.paused && s.reach(r.from, r.to) && !s.peerCut[[2]string{r.from, r.to}]:
+			s.held = append(s.held, heldFlight{flight: r.flight, boot: to.boots})
+		case s.linked(r.from, r.to):
+			if s.dropIf == nil || !s.dropIf(r.flight) {
+				s.receive(r.flight)
+			}
+		default:
+			r.rto *= 2
+			r.next = r.next.Add(r.rto)
+			keep = append(keep, r)
+		}
+	}
+	s.unacked = keep
 }
 
 // releaseHeld hands the nodes that woke the messages their kernels held
