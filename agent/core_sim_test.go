@@ -678,9 +678,10 @@ func (s *csim) deliver(f flight) {
 
 // retransmit resends the messages cut links stopped, as TCP does: at each
 // retry whose link is whole again the message gets through (to a frozen
-// receiver's kernel, which holds it); it is given up once its sender
-// abandoned the call (heldFor: the connection is reset, the reset lost on
-// the cut link, and nothing more is sent on it) or either end restarted.
+// receiver's kernel, which holds it). Once its sender gave up on the call
+// (heldFor) it is dropped: TCP may still deliver it, but the serving
+// agent refuses it as late, or the caller drops the answer. So is one
+// whose sender or receiver restarted (its connection went with it).
 func (s *csim) retransmit() {
 	var keep []retransmission
 	for _, r := range s.unacked {
@@ -706,9 +707,10 @@ func (s *csim) retransmit() {
 
 // releaseHeld hands the nodes that woke the messages their kernels held
 // while they were frozen, those whose senders still wait for the answer
-// (heldFor): the agent abandons a call at its timeout and resets the
-// connection, and the reset discards what the receiver had not read. A
-// node that crashed meanwhile lost them with its connections.
+// (heldFor): the serving agent refuses a request whose caller's deadline
+// passed (gossip.Transport stamps requests with it), and a caller drops
+// an answer that comes after its call gave up. A node that crashed
+// meanwhile lost them with its connections.
 func (s *csim) releaseHeld() {
 	var keep []heldFlight
 	for _, h := range s.held {
