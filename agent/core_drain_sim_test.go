@@ -281,6 +281,12 @@ func (s *csim) checkHandOverKept() {
 		frozen = other
 		s.nodes[frozen].paused = true
 		thawAt = s.now.Add(time.Duration(s.rand.Int64N(int64(hold + 2*s.ttl))))
+		defer func() { // a refused act returns early: thaw all the same
+			if frozen != "" {
+				s.nodes[frozen].paused = false
+				s.syncViews()
+			}
+		}()
 	}
 	// Sometimes l's host is loaded: each peer message has its own
 	// connection, so its releases may reach the voters well after its
