@@ -728,9 +728,13 @@ func (s *csim) releaseHeld() {
 
 // heldFor is how long the sender of f waits for its answer, as the agent
 // bounds the call (Agent.send): a renewal for its lease's validity, an
-// announcement for announceTimeout, anything else for sendTimeout.
+// announcement for announceTimeout, anything else for sendTimeout. For an
+// answer, the call it answers: a lease answer is taken for a renewal's
+// (an acquire's answer after its round is handled as late).
 func (s *csim) heldFor(f flight) time.Duration {
 	switch {
+	case f.reply && f.env.LeaseReply != nil:
+		return max(sendTimeout, s.nodes[f.to].c.cfg.Lease.Validity())
 	case f.reply:
 		return sendTimeout
 	case f.env.Lease != nil && f.env.Lease.Kind == leasing.Renew:
