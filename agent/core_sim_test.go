@@ -653,12 +653,19 @@ func (s *csim) stopRunner(n *cnode) {
 // both running, no cut of the link (gossip's or the peer transport's), b
 // not frozen.
 func (s *csim) linked(a, b string) bool {
-	return s.reach(a, b) && !s.peerCut[[2]string{a, b}] && !s.nodes[b].paused
+	return s.wired(a, b) && !s.nodes[b].paused
+}
+
+// wired reports whether a peer message from a reaches b's kernel now,
+// loss aside: both running, no cut of the link (gossip's or the peer
+// transport's). A frozen b holds it until it wakes (releaseHeld).
+func (s *csim) wired(a, b string) bool {
+	return s.reach(a, b) && !s.peerCut[[2]string{a, b}]
 }
 
 func (s *csim) deliver(f flight) {
 	to := s.nodes[f.to]
-	if to.paused && s.reach(f.from, f.to) && !s.peerCut[[2]string{f.from, f.to}] {
+	if to.paused && s.wired(f.from, f.to) {
 		// A frozen process's kernel still takes the message on the
 		// connection; the process reads it when it wakes.
 		s.held = append(s.held, heldFlight{flight: f, boot: to.boots})
@@ -690,7 +697,7 @@ func (s *csim) retransmit() {
 		case !from.up || !to.up || from.boots != r.boots[0] || to.boots != r.boots[1] || s.now.Sub(r.sent) >= s.heldFor(r.flight):
 		case s.now.Before(r.next):
 			keep = append(keep, r)
-		case to.paused && s.reach(r.from, r.to) && !s.peerCut[[2]string{r.from, r.to}]:
+		case to.paused && s.wired(r.from, r.to):
 			s.held = append(s.held, heldFlight{flight: r.flight, boot: to.boots})
 		case s.linked(r.from, r.to):
 			if s.dropIf == nil || !s.dropIf(r.flight) {

@@ -321,9 +321,9 @@ func TestFreezeEndingJustBeforeThePromisesKeepsTheTerm(t *testing.T) {
 // it dropped the leader at the end on answers older than the renewal, and
 // said "no leader" until the next announcement, 3 s later (the fault
 // harness's LAN soak, seed 8111, 2.95 s). Now an announcement of the term
-// makes older answers stale, and near the end they are asked again at
-// once: every node follows the leader in its term from a second after
-// the wake-up on.
+// near the end has the voters asked again at once, and the end waits for
+// their answers: every node follows the leader in its term from a second
+// after the wake-up on.
 func TestFreezeOutlastingGossipKeepsTheTerm(t *testing.T) {
 	for i := range 20 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
