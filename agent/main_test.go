@@ -4,12 +4,12 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tenurehq/tenure/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
 	if socket := os.Getenv(runHelperEnv); socket != "" {
 		os.Exit(runHelper(socket)) // a `tenure run` started by TestKilledRunLeavesNoProcesses
 	}
-	goleak.VerifyTestMain(m)
+	testwait.VerifyTestMain(m)
 }

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/tenurehq/tenure/internal/testwait"
 )
 
 // TestMain fails the run if any goroutine outlives the tests. Serf and
-// memberlist stop theirs on Shutdown (some exit a moment later; goleak
-// retries), so nothing is ignored.
+// memberlist stop theirs on Shutdown (some exit a moment later, a probe up
+// to eight probe intervals: testwait.Leaks waits for them), so nothing is
+// ignored.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testwait.VerifyTestMain(m)
 }
 
 // logSink writes log lines to t.Log until the test ends, and counts lines

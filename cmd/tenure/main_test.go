@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/tenurehq/tenure/agent"
 	"github.com/tenurehq/tenure/internal/tenurebuild"
+	"github.com/tenurehq/tenure/internal/testwait"
 )
 
 // binary is the tenure binary built once for these tests.
@@ -37,7 +36,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := testwait.Leaks(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
