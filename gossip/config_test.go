@@ -59,7 +59,8 @@ func timingOf(sc *serf.Config) Timing {
 		ProbeInterval: mc.ProbeInterval, ProbeTimeout: mc.ProbeTimeout, IndirectChecks: mc.IndirectChecks,
 		SuspicionMult: mc.SuspicionMult, SuspicionMaxTimeoutMult: mc.SuspicionMaxTimeoutMult,
 		GossipInterval: mc.GossipInterval, GossipNodes: mc.GossipNodes, GossipToTheDeadTime: mc.GossipToTheDeadTime,
-		RetransmitMult: mc.RetransmitMult, PushPullInterval: mc.PushPullInterval, TCPTimeout: mc.TCPTimeout,
+		DeadNodeReclaimTime: mc.DeadNodeReclaimTime,
+		RetransmitMult:      mc.RetransmitMult, PushPullInterval: mc.PushPullInterval, TCPTimeout: mc.TCPTimeout,
 		ReconnectInterval: sc.ReconnectInterval, ReconnectTimeout: sc.ReconnectTimeout, ReapInterval: sc.ReapInterval,
 		TombstoneTimeout: sc.TombstoneTimeout, BroadcastTimeout: sc.BroadcastTimeout,
 		LeavePropagateDelay: sc.LeavePropagateDelay,
@@ -67,11 +68,13 @@ func timingOf(sc *serf.Config) Timing {
 }
 
 // TestLANTimingIsUpstreamDefault: the LAN profile is serf's and
-// memberlist's defaults but for the reconnect interval (see LANTiming), and
+// memberlist's defaults but for the reconnect interval and the dead node
+// reclaim time (see LANTiming), and
 // apply copies every field.
 func TestLANTimingIsUpstreamDefault(t *testing.T) {
 	want := timingOf(serf.DefaultConfig())
 	want.ReconnectInterval = 5 * time.Second
+	want.DeadNodeReclaimTime = time.Millisecond
 	if got := LANTiming(); got != want {
 		t.Fatalf("LANTiming() = %+v\nupstream   %+v", got, want)
 	}

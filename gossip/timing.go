@@ -38,6 +38,14 @@ type Timing struct {
 	// GossipToTheDeadTime is how long gossip still reaches a failed member,
 	// giving it a chance to refute.
 	GossipToTheDeadTime time.Duration
+	// DeadNodeReclaimTime is how long after a member was declared failed
+	// its name may come back from another address (a host that restarted
+	// with a new address, a rescheduled container): the new address then
+	// replaces the old. Zero, memberlist's default, refuses the new address
+	// while the failed member is remembered (GossipToTheDeadTime) as a
+	// conflict, and the member stays unlisted until its next full state
+	// sync after that: 46 s with the LAN timing, measured.
+	DeadNodeReclaimTime time.Duration
 	// RetransmitMult scales how many times a broadcast is retransmitted:
 	// RetransmitMult × ceil(log10(n+1)).
 	RetransmitMult int
@@ -67,7 +75,8 @@ type Timing struct {
 }
 
 // LANTiming returns serf's and memberlist's LAN defaults
-// (serf.DefaultConfig, memberlist.DefaultLANConfig) but for one:
+// (serf.DefaultConfig, memberlist.DefaultLANConfig) but for two:
+// DeadNodeReclaimTime is a millisecond, not zero (see the field), and
 // ReconnectInterval is 5 s, not serf's 30 s. Once the two sides of a
 // partition have declared each other failed and GossipToTheDeadTime has
 // passed, they send each other nothing, and serf's reconnect is the only
@@ -93,6 +102,7 @@ func LANTiming() Timing {
 		GossipInterval:          200 * time.Millisecond, // gossip rapidly
 		GossipNodes:             3,                      // to 3 members per round
 		GossipToTheDeadTime:     30 * time.Second,       // same as push-pull
+		DeadNodeReclaimTime:     time.Millisecond,       // a failed member's name may move at once
 		RetransmitMult:          4,                      // retransmit 4 × log10(n+1) times
 		PushPullInterval:        30 * time.Second,       // full sync is expensive: rarely
 		TCPTimeout:              10 * time.Second,       // stream connections
@@ -124,6 +134,7 @@ func LocalTiming() Timing {
 		GossipInterval:          50 * time.Millisecond,  // gossip rapidly
 		GossipNodes:             3,                      // to 3 members per round
 		GossipToTheDeadTime:     0,                      // none: reconnect instead (see above)
+		DeadNodeReclaimTime:     time.Millisecond,       // a failed member's name may move at once
 		RetransmitMult:          3,                      // retransmit 3 × log10(n+1) times
 		PushPullInterval:        2 * time.Second,        // full sync often: small clusters
 		TCPTimeout:              time.Second,            // stream connections
@@ -154,6 +165,7 @@ func (t Timing) Validate() error {
 	check(t.GossipInterval > 0, "gossip interval must be positive")
 	check(t.GossipNodes >= 1, "gossip nodes must be at least 1")
 	check(t.GossipToTheDeadTime >= 0, "gossip-to-the-dead time must not be negative")
+	check(t.DeadNodeReclaimTime >= 0, "dead node reclaim time must not be negative")
 	check(t.RetransmitMult >= 1, "retransmit multiplier must be at least 1")
 	check(t.PushPullInterval > 0, "push-pull interval must be positive")
 	check(t.TCPTimeout > 0, "TCP timeout must be positive")
@@ -221,6 +233,7 @@ func (t Timing) apply(sc *serf.Config, mc *memberlist.Config) {
 	mc.GossipInterval = t.GossipInterval
 	mc.GossipNodes = t.GossipNodes
 	mc.GossipToTheDeadTime = t.GossipToTheDeadTime
+	mc.DeadNodeReclaimTime = t.DeadNodeReclaimTime
 	mc.RetransmitMult = t.RetransmitMult
 	mc.PushPullInterval = t.PushPullInterval
 	mc.TCPTimeout = t.TCPTimeout
