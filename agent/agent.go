@@ -371,6 +371,7 @@ func (a *Agent) startGossip() error {
 	gc.Tags = a.gossipTags(a.rosters.Roster())
 	a.advertised = a.rosters.Roster()
 	gc.SnapshotPath = filepath.Join(a.cfg.DataDir, snapshotFile)
+	gc.AddrFile = filepath.Join(a.cfg.DataDir, addrFile)
 	gc.Join = a.cfg.Join
 	gc.Timing = a.cfg.gossipTiming()
 	gc.MaxMembers = a.cfg.MaxMembers

@@ -24,6 +24,9 @@ const (
 	// serf writes a compacted snapshot here (truncating whatever is
 	// there), then renames it over snapshotFile.
 	snapshotCompactFile = snapshotFile + ".compact"
+	// addrFile holds the gossip address the node advertised in its last
+	// run (gossip.Config.AddrFile).
+	addrFile = "gossip-addr"
 )
 
 // preflight checks, before anything is opened, that the agent's state files
@@ -79,7 +82,7 @@ func checkKeyringFile(path string, key []byte) error {
 // in its data dir, and the keyring file wherever it is.
 func (c Config) stateFiles() []string {
 	var paths []string
-	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile} {
+	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile} {
 		paths = append(paths, filepath.Join(c.DataDir, name))
 	}
 	if c.KeyringFile != "" {

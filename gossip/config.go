@@ -51,6 +51,14 @@ type Config struct {
 	// that after a restart this node rejoins them without Join. "" keeps no
 	// snapshot.
 	SnapshotPath string
+	// AddrFile is a file in which this node records the gossip address it
+	// advertises, so that after a restart on another address (a new DHCP
+	// lease, a rescheduled container) it knows news of the old address,
+	// which the others keep until they declare it failed, for its own past
+	// and not another node's claim to its name: serf would resolve that
+	// claim by stopping this node. "" keeps no file: such a restart then
+	// stops itself if news of the old address reaches it first.
+	AddrFile string
 	// Join lists gossip addresses ("host" or "host:port") to join. Start
 	// tries them in the background, retrying with exponential backoff, until
 	// one join succeeds or the Membership shuts down.

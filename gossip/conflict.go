@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,10 @@ type conflictGate struct {
 	open     chan struct{} // closed when the gate opens; nil while open
 
 	started atomic.Int64 // resolutions started since the gate was made
+
+	// previous is the address this node had in its previous run, when it
+	// is not its address now (readdress.go); set before serf starts.
+	previous netip.AddrPort
 }
 
 // errNameConflict is the reason memberlist is given for ignoring this
@@ -146,10 +151,19 @@ func (g *conflictGate) wait(ctx context.Context) error {
 
 // NotifyAlive implements memberlist.AliveDelegate: while the gate is shut
 // it refuses alive messages for this node's name, so memberlist does not
-// rewrite the local node's address (see conflictGate).
+// rewrite the local node's address (see conflictGate). It also refuses
+// news of this node at the address it had in its previous run: the others
+// list that address until they declare it failed, and taken as another
+// node's claim to the name it would start a conflict resolution that this
+// node, the minority until then, loses, and serf would stop (a restart on
+// a new address stopped itself 4 s after it started).
 func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
 	if n.Name != g.name {
 		return nil
+	}
+	if ip, ok := netip.AddrFromSlice(n.Addr); ok && g.previous.IsValid() &&
+		netip.AddrPortFrom(ip.Unmap(), n.Port) == g.previous {
+		return errPreviousRun
 	}
 	if shut, _, _ := g.shut(); shut {
 		return errNameConflict

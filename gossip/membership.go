@@ -56,6 +56,7 @@ type Membership struct {
 	converted map[string]convertedMember // each member as Members last converted it
 	leaves    *leaveWatch                // members serf holds leaving though alive (leaving.go)
 	heal      *healWatch                 // members held suspect or failed, greeted when heard (heard.go)
+	readdress *readdressWatch            // greets after this node refuted a suspicion (readdress.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -83,6 +84,7 @@ func Start(cfg Config) (*Membership, error) {
 		converted: make(map[string]convertedMember),
 		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
 		heal:      newHealWatch(cfg.Timing),
+		readdress: newReaddressWatch(),
 		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
@@ -96,6 +98,9 @@ func Start(cfg Config) (*Membership, error) {
 	if len(cfg.Join) > 0 || cfg.SnapshotPath != "" {
 		m.startJoinLoop(cfg.Join)
 	}
+	if err := m.recordAddr(); err != nil {
+		m.logger.Error("gossip: cannot record this node's address; after a restart on another address, it may stop itself over a name conflict", "err", err)
+	}
 	local := m.LocalMember()
 	m.logger.Info("gossip started", "addr", local.Addr, "id", cfg.ID, "peer", cfg.PeerAddr,
 		"encrypted", m.keys.ring != nil, "keyring", cfg.KeyringFile, "snapshot", cfg.SnapshotPath)
@@ -108,6 +113,7 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 	std := newStdLogger(m.logger, func(component, msg string) {
 		m.conflict.observe(component, msg)
 		m.heal.observe(component, msg)
+		m.readdress.observe(component, msg)
 	})
 	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
 		ip: ip, port: port, logger: m.logger,
@@ -123,6 +129,10 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 		return err
 	}
 	if err := m.precheck(nl, sc); err != nil {
+		nl.Shutdown()
+		return err
+	}
+	if err := m.notePreviousRun(nl, sc.MemberlistConfig); err != nil {
 		nl.Shutdown()
 		return err
 	}
