@@ -14,7 +14,9 @@ import (
 // again with the same name and data dir, with the LAN timing an operator
 // runs. The others take its new address for gossip and peer messages
 // within a failure detection and a suspicion, it does not stop itself over
-// a "conflict" with its own old address, and it follows the same term.
+// a "conflict" with its own old address, and it follows the same term. Its
+// vote counts again: with h1 then killed too, the leader renews through
+// it and keeps its term past a TTL.
 func TestRestartOnNewAddressInNamespaces(t *testing.T) {
 	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 3)
@@ -24,6 +26,9 @@ func TestRestartOnNewAddressInNamespaces(t *testing.T) {
 		f.start(i, lan...)
 	}
 	leader := waitNamespaceLeader(t, f.socket(0), 40*time.Second)
+	if leader.Node != "h3" {
+		t.Fatalf("%s leads, want h3 (the highest ID)", leader.Node)
+	}
 	f.kill(1)
 	h2 := &f.hosts[1]
 	old := h2.Addr
@@ -64,4 +69,10 @@ func TestRestartOnNewAddressInNamespaces(t *testing.T) {
 		}
 		return ""
 	})
+	f.kill(0)
+	time.Sleep(12 * time.Second) // longer than the 10 s TTL: renewed through h2, or lost
+	st, err := f.status(2)
+	if err != nil || !st.IsLeader || st.Leader == nil || st.Leader.Epoch != leader.Epoch {
+		t.Fatalf("with h1 killed, h3 %+v (%v); want it still leading epoch %d with h2's grants", st.Leader, err, leader.Epoch)
+	}
 }
