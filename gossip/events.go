@@ -57,8 +57,6 @@ func (m *Membership) pump(in <-chan serf.Event) {
 			m.noteSuspect(name, time.Now())
 		case name := <-m.net.heard:
 			m.noteHeard(name, time.Now())
-		case from := <-m.readdress.refuted:
-			m.noteRefuted(from)
 		case <-check.C:
 			now := time.Now()
 			queue = append(queue, m.checkLeaving(now)...)

@@ -57,18 +57,11 @@ const (
 // observe reads one of memberlist's log messages (newStdLogger) and
 // passes on the name of a member it began suspecting; it never blocks.
 func (w *healWatch) observe(component, msg string) {
-	passName(w.suspects, component, msg, suspectPrefix, suspectSuffix)
-}
-
-// passName sends to ch the name that prefix and suffix frame in msg, if
-// msg is such a message of memberlist's and ch has room; it never blocks
-// (memberlist logs under its locks).
-func passName(ch chan<- string, component, msg, prefix, suffix string) {
-	if component != "memberlist" || !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, suffix) {
+	if component != "memberlist" || !strings.HasPrefix(msg, suspectPrefix) || !strings.HasSuffix(msg, suspectSuffix) {
 		return
 	}
 	select {
-	case ch <- strings.TrimSuffix(strings.TrimPrefix(msg, prefix), suffix):
+	case w.suspects <- strings.TrimSuffix(strings.TrimPrefix(msg, suspectPrefix), suspectSuffix):
 	default:
 	}
 }

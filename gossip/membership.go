@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/serf/serf"
 )
@@ -56,7 +57,6 @@ type Membership struct {
 	converted map[string]convertedMember // each member as Members last converted it
 	leaves    *leaveWatch                // members serf holds leaving though alive (leaving.go)
 	heal      *healWatch                 // members held suspect or failed, greeted when heard (heard.go)
-	readdress *readdressWatch            // greets after this node refuted a suspicion (readdress.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -84,7 +84,6 @@ func Start(cfg Config) (*Membership, error) {
 		converted: make(map[string]convertedMember),
 		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
 		heal:      newHealWatch(cfg.Timing),
-		readdress: newReaddressWatch(),
 		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
@@ -97,6 +96,9 @@ func Start(cfg Config) (*Membership, error) {
 	m.startKeyringWatch()
 	if len(cfg.Join) > 0 || cfg.SnapshotPath != "" {
 		m.startJoinLoop(cfg.Join)
+	}
+	if m.conflict.previous.IsValid() && m.track() {
+		go m.announceNewAddress(time.Now())
 	}
 	if err := m.recordAddr(); err != nil {
 		m.logger.Error("gossip: cannot record this node's address; after a restart on another address, it may stop itself over a name conflict", "err", err)
@@ -113,7 +115,6 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 	std := newStdLogger(m.logger, func(component, msg string) {
 		m.conflict.observe(component, msg)
 		m.heal.observe(component, msg)
-		m.readdress.observe(component, msg)
 	})
 	nl, port, err := newNetLayer(m.ctx, netLayerConfig{
 		ip: ip, port: port, logger: m.logger,

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -16,94 +15,61 @@ import (
 	"github.com/tenurehq/tenure/internal/fsutil"
 )
 
-// readdressWatch brings this node's address to members that hold its name
-// at another address: a host that restarted with a new address (a new
-// DHCP lease, a rescheduled container) while the others still listed the
-// old one.
+// announceNewAddress brings this node's address, which changed since its
+// previous run, to the members that hold its name at the old one: a host
+// back with a new address (a new DHCP lease, a rescheduled container)
+// before the others noticed it gone.
 //
-// The others refuse the new address as a conflict while they hold the old
-// one alive or suspect, and take it once they have declared the old one
-// failed (Timing.DeadNodeReclaimTime), but only from a message sent after
-// that: this node refuted their suspicion at once, and they refused the
-// refutation, and then nothing more reached them until a full state sync
-// (30 s apart on a LAN; serf's reconnect tries the old address).
-// Measured: a node back on a new address 6 s after a crash was listed by
-// the others 60 s after it started. So when this node refutes a
-// suspicion of itself (memberlist logs it), it exchanges state with a
-// member once the suspicion, wherever it began, has run out (the shortest
-// and the longest suspicion, SuspicionTimeout, and two gossip intervals for
-// the news): if the member had refused the refutation, it now takes the
-// new address and passes it on. A suspicion refuted in time costs one or
-// two state exchanges.
-type readdressWatch struct {
-	refuted chan string  // who suspected this node, from memberlist's log ("" when unknown)
-	pending atomic.Int32 // greets scheduled and not yet made
-}
-
-func newReaddressWatch() *readdressWatch {
-	return &readdressWatch{refuted: make(chan string, 1)}
-}
-
-// refutePrefix and refuteSuffix frame the name of the member that
-// suspected this node in memberlist's log line when it refutes the
-// suspicion. In a full state sync, memberlist names this node itself.
-const (
-	refutePrefix = "Refuting a suspect message (from: "
-	refuteSuffix = ")"
-)
-
-// observe reads one of memberlist's log messages for a refuted suspicion
-// of this node; it never blocks (it runs under memberlist's locks).
-func (w *readdressWatch) observe(component, msg string) {
-	passName(w.refuted, component, msg, refutePrefix, refuteSuffix) // one pending greets the same way
-}
-
-// noteRefuted schedules the greets that follow a refuted suspicion of
-// this node by the member from, unless greets are still pending from an
-// earlier one.
-func (m *Membership) noteRefuted(from string) {
-	if m.readdress.pending.Load() > 0 {
-		return
-	}
-	lo, hi := m.cfg.Timing.SuspicionTimeout(m.serf.NumNodes())
-	news := 2 * m.cfg.Timing.GossipInterval
-	waits := []time.Duration{lo + news}
-	if hi > lo {
-		waits = append(waits, hi+news)
-	}
-	for _, d := range waits {
-		m.readdress.pending.Add(1)
-		time.AfterFunc(d, func() {
-			defer m.readdress.pending.Add(-1)
-			m.greetAfterRefute(from)
-		})
+// The others refuse the new address as a conflict while they hold the
+// old one alive or suspect, and take it once they have declared the old
+// one failed (Timing.DeadNodeReclaimTime), but only from a message sent
+// after that, and they send this node nothing (they list only the old
+// address): it hears of their suspicion only if a message of theirs
+// happens to carry it, and then refutes it at once, too early. Otherwise
+// nothing more reached them until a full state sync (30 s apart on a LAN):
+// the others listed such a node 49-60 s after it started. So it exchanges
+// state with a random live member every two probe intervals until the old
+// address has surely been declared failed (FailureDetectionBound, and a
+// longest suspicion more, after its start, for the cluster's size then):
+// the first exchange after that teaches the member the new address, which
+// it passes on. Its cost, a state exchange every 2 s for 12 s with three
+// LAN members and a minute with six, is paid only after such a restart.
+func (m *Membership) announceNewAddress(start time.Time) {
+	defer m.wg.Done()
+	t := m.cfg.Timing
+	tick := time.NewTicker(2 * t.ProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case now := <-tick.C:
+			n := m.serf.NumNodes()
+			_, hi := t.SuspicionTimeout(n)
+			if now.Sub(start) > t.FailureDetectionBound(n)+hi {
+				m.logger.Debug("gossip: stopped announcing this node's new address", "after", now.Sub(start))
+				return
+			}
+			if peer, ok := m.randomLivePeer(); ok {
+				m.greet(peer.Name, peer.Addr)
+			}
+		}
 	}
 }
 
-// greetAfterRefute exchanges state with the member from if it is listed
-// alive, else with one picked at random: either passes this node's
-// address on.
-func (m *Membership) greetAfterRefute(from string) {
-	if m.ctx.Err() != nil {
-		return
-	}
+// randomLivePeer picks a member other than this node that is listed alive.
+func (m *Membership) randomLivePeer() (Member, bool) {
 	var pick Member
 	n := 0
 	for _, mem := range m.Members() {
 		if mem.Name == m.cfg.Name || mem.Status != StatusAlive {
 			continue
 		}
-		if mem.Name == from {
-			pick = mem
-			break
-		}
 		if n++; rand.IntN(n) == 0 {
 			pick = mem
 		}
 	}
-	if pick.Name != "" {
-		m.greet(pick.Name, pick.Addr)
-	}
+	return pick, n > 0
 }
 
 // errPreviousRun is the reason memberlist is given for ignoring news of

@@ -12,30 +12,6 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// TestReaddressObserve: the watch passes on the member named in
-// memberlist's line for a refuted suspicion, and nothing else.
-func TestReaddressObserve(t *testing.T) {
-	w := newReaddressWatch()
-	w.observe("serf", "Refuting a suspect message (from: n3)")
-	w.observe("memberlist", "Refuting a dead message (from: n3)")
-	w.observe("memberlist", "Suspect n3 has failed, no acks received")
-	select {
-	case got := <-w.refuted:
-		t.Fatalf("passed on %q from a line that is not a refuted suspicion", got)
-	default:
-	}
-	w.observe("memberlist", "Refuting a suspect message (from: n3)")
-	w.observe("memberlist", "Refuting a suspect message (from: n4)") // one pending is enough
-	if got := <-w.refuted; got != "n3" {
-		t.Fatalf("passed on %q, want n3", got)
-	}
-	select {
-	case got := <-w.refuted:
-		t.Fatalf("passed on a second refutation %q while one was pending", got)
-	default:
-	}
-}
-
 // TestGateIgnoresPreviousRun: the conflict gate refuses news of this node
 // at the address of its previous run, and only that.
 func TestGateIgnoresPreviousRun(t *testing.T) {
