@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -375,6 +376,41 @@ func (c *Cluster) Wipe(n *Node) error {
 	if err := os.RemoveAll(n.dataDir()); err != nil {
 		return fmt.Errorf("nemesis: wipe %s: %w", n.Name, err)
 	}
+	return nil
+}
+
+// readdressStep is what a readdress adds to a host's last octet, and takes
+// off again the next time: node octets are their IDs (1-9), the store's
+// is storeOctet.
+const readdressStep = 150
+
+// Readdress moves n's host to its other address (readdressStep), as a new
+// DHCP lease does; n's agent must be down. Joins and partitions use the
+// new address from then on.
+func (c *Cluster) Readdress(n *Node) error {
+	if n.agent != nil {
+		return fmt.Errorf("nemesis: readdress %s: its agent runs", n.Name)
+	}
+	cut := strings.LastIndex(n.Host.Addr, ".")
+	octet, err := strconv.Atoi(n.Host.Addr[cut+1:])
+	if err != nil {
+		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+	}
+	if octet > readdressStep {
+		octet -= readdressStep
+	} else {
+		octet += readdressStep
+	}
+	next := fmt.Sprintf("%s.%d", n.Host.Addr[:cut], octet)
+	// The old address goes first: deleting a subnet's primary address
+	// deletes its secondaries too, and the new one would be one.
+	if err := n.Host.Run("ip", "addr", "del", n.Host.Addr+"/24", "dev", "eth0"); err != nil {
+		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+	}
+	if err := n.Host.Run("ip", "addr", "add", next+"/24", "dev", "eth0"); err != nil {
+		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+	}
+	n.Host.Addr = next
 	return nil
 }
 

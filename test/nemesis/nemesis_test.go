@@ -26,6 +26,7 @@ var (
 	timingFlag    = flag.String("nemesis.timing", "local", "the agents' --timing profile: local, or lan (production's: give it a longer -nemesis.ttl and -nemesis.election-bound, such as 10s and 12s)")
 	opsFlag       = flag.Bool("nemesis.ops", true, "draw operator actions (graceful stop, drain, transfer, resign) beside the faults; false replays seeds recorded before they existed")
 	delayFlag     = flag.Bool("nemesis.delay", true, "draw delays (every link's, the leader's links') beside the faults and under operator actions; false replays seeds recorded before they existed, and is taken where the kernel has no netfilter queues unless this is set")
+	readdressFlag = flag.Bool("nemesis.readdress", true, "draw kills after which the host comes back at once with another address; false replays seeds recorded before they existed")
 	diskFlag      = flag.Bool("nemesis.disk", true, "draw full disks (a node's data dir on a filled tmpfs) beside the faults and under operator actions; false replays seeds recorded before they existed")
 	onlyFlag      = flag.String("nemesis.only", "", "comma-separated fault kinds and operator actions a random schedule draws only (delay,slow-leader,transfer, say), also as the faults actions run under; empty draws every kind the other flags allow")
 	holdScaleFlag = flag.Float64("nemesis.hold-scale", 1, "multiplies how long every fault of a random schedule is held (the same faults are drawn); 3 lets a LAN run's partitions outlast the suspicions on both sides")
@@ -181,7 +182,7 @@ func TestSchedules(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1e9)
 	}
-	draw := Draw{Join: true, Ops: *opsFlag, Disk: *diskFlag, Delay: *delayFlag}
+	draw := Draw{Join: true, Ops: *opsFlag, Disk: *diskFlag, Delay: *delayFlag, Readdress: *readdressFlag}
 	if *onlyFlag != "" {
 		draw.Only = strings.Split(*onlyFlag, ",")
 	}
@@ -195,8 +196,8 @@ func TestSchedules(t *testing.T) {
 	if err := draw.Check(); err != nil {
 		t.Fatalf("-nemesis.only=%s: %v", *onlyFlag, err)
 	}
-	replay := fmt.Sprintf("-nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.delay=%t -nemesis.hold-scale=%g",
-		*stepsFlag, draw.Ops, draw.Disk, draw.Delay, *holdScaleFlag)
+	replay := fmt.Sprintf("-nemesis.steps=%d -nemesis.ops=%t -nemesis.disk=%t -nemesis.delay=%t -nemesis.readdress=%t -nemesis.hold-scale=%g",
+		*stepsFlag, draw.Ops, draw.Disk, draw.Delay, draw.Readdress, *holdScaleFlag)
 	if *onlyFlag != "" {
 		replay += " -nemesis.only=" + *onlyFlag
 	}

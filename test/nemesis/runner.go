@@ -117,8 +117,8 @@ func (c *Cluster) network(kind string, s Step, target *Node, rng *rand.Rand) (Pa
 	return Partition{}, false
 }
 
-// processFault runs the steps that kill, wipe, pause or add agents, or
-// fill a disk; voters are the roster's before it, for markQuorate. A
+// processFault runs the steps that kill, wipe, pause, move or add agents,
+// or fill a disk; voters are the roster's before it, for markQuorate. A
 // fault that is undone is held for s.Hold, then undone (undo).
 func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []string) (string, error) {
 	victim := leader // kills hit the leader half the time, another node otherwise
@@ -135,6 +135,16 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 			err = c.Wipe(victim)
 		}
 		undo = func() error { return c.StartAgents(victim) }
+	case FaultReaddress:
+		what, err = victim.Name, c.Kill(victim)
+		if err == nil {
+			err = c.Readdress(victim)
+		}
+		if err == nil {
+			what += " to " + victim.Host.Addr
+			err = c.StartAgents(victim)
+		}
+		undo = func() error { return nil } // it runs at its new address for the hold
 	case FaultPause:
 		what, err = leader.Name, c.Pause(leader)
 		undo = func() error { return c.Resume(leader) }

@@ -27,6 +27,11 @@ const (
 	FaultPauseHost = "pause-host"     // SIGSTOP of the leader's agent, tenure run and writer
 	FaultRestart   = "restart-all"    // kill -9 of every agent, then all restarted
 	FaultJoin      = "join"           // a node with the highest ID joins (once per schedule)
+	// FaultReaddress kills a node's agent (the leader's half the time),
+	// moves its host to another address (its octet plus 150, and back the
+	// next time) and starts the agent again at once with its data dir:
+	// a host back with a new DHCP lease before the others noticed it gone.
+	FaultReaddress = "readdress"
 	// FaultDiskFull fills a node's disk (the leader's half the time) so
 	// that its writes to its data dir fail, and frees it after the hold.
 	FaultDiskFull = "disk-full"
@@ -83,6 +88,10 @@ var diskDrawn = []string{FaultDiskFull}
 // the full disks, alone and under operator actions.
 var delayDrawn = []string{FaultDelay, FaultSlow}
 
+// readdressDrawn are the kinds a plan with new addresses adds to the
+// draw, after the delays (not under operator actions).
+var readdressDrawn = []string{FaultReaddress}
+
 // losses are the drop probabilities a loss is drawn with.
 var losses = []float64{0.05, 0.15, 0.3}
 
@@ -98,7 +107,8 @@ var PauseLengths = []time.Duration{3 * time.Second, 8 * time.Second, 15 * time.S
 type Step struct {
 	Kind string
 	// Hold is how long the fault lasts before it is undone (for kills, how
-	// long the node stays down).
+	// long the node stays down; for a readdress, how long its agent runs at
+	// the new address before the heal).
 	Hold time.Duration
 	// Loss is the drop probability of a loss step.
 	Loss float64
@@ -214,6 +224,9 @@ type Draw struct {
 	// Delay draws delays of every link and of the leader's links
 	// (held 2–10 s), alone and under operator actions.
 	Delay bool
+	// Readdress draws kills after which the node's host comes back at
+	// once with another address (held 2–10 s before the heal).
+	Readdress bool
 	// Only, when not empty, keeps of the kinds the fields above draw
 	// only these, as steps and as the faults operator actions run under
 	// (an action with none of those left runs bare): a soak aimed at a
@@ -236,6 +249,9 @@ func (d Draw) kinds() (kinds, under []string) {
 		kinds = append(slices.Clip(kinds), delayDrawn...)
 		under = append(slices.Clip(under), delayDrawn...)
 	}
+	if d.Readdress {
+		kinds = append(slices.Clip(kinds), readdressDrawn...)
+	}
 	if len(d.Only) > 0 {
 		left := func(k string) bool { return !slices.Contains(d.Only, k) }
 		kinds = slices.DeleteFunc(slices.Clone(kinds), left)
@@ -247,7 +263,7 @@ func (d Draw) kinds() (kinds, under []string) {
 // Check reports a kind in Only that d does not draw (unknown, or left
 // out by the fields above).
 func (d Draw) Check() error {
-	all := Draw{Ops: d.Ops, Disk: d.Disk, Delay: d.Delay}
+	all := Draw{Ops: d.Ops, Disk: d.Disk, Delay: d.Delay, Readdress: d.Readdress}
 	kinds, _ := all.kinds()
 	for _, k := range d.Only {
 		if !slices.Contains(kinds, k) {

@@ -156,7 +156,7 @@ func TestDelaysCutNothing(t *testing.T) {
 }
 
 // all draws every kind.
-var all = Draw{Join: true, Ops: true, Disk: true, Delay: true}
+var all = Draw{Join: true, Ops: true, Disk: true, Delay: true, Readdress: true}
 
 // TestPlanReplaysItsSeed: a seed gives the same plan every time; holds
 // stay in their ranges; one join, never first; over many seeds every
@@ -198,7 +198,7 @@ func TestPlanReplaysItsSeed(t *testing.T) {
 			t.Fatalf("seed %d: %d joins", seed, joins)
 		}
 	}
-	for _, k := range append(slices.Concat(drawn, operatorDrawn, diskDrawn, delayDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
+	for _, k := range append(slices.Concat(drawn, operatorDrawn, diskDrawn, delayDrawn, readdressDrawn), FaultJoin, "under "+FaultLoss, "under "+FaultIsolate,
 		"under "+FaultKill, "under "+FaultPause, "under "+FaultDiskFull, "under "+FaultDelay, "under "+FaultSlow) {
 		if kinds[k] == 0 {
 			t.Errorf("%s never drawn in 400 plans", k)
@@ -282,6 +282,38 @@ func TestPlanWithoutDelaysKeepsOldSeeds(t *testing.T) {
 	want := []string{"pause-host for 8s", "disk-full for 6.419s", "bridge for 6.152s", "disk-full for 3.104s", "join", "kill for 3.304s"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("seed 6290 without delays: got %q, want %q", got, want)
+	}
+}
+
+// TestPlanWithoutReaddressKeepsOldSeeds: without new addresses a seed
+// gives the plan it gave before they were added (with operator actions,
+// disk faults and delays), so the seeds recorded in docs/RELIABILITY.md
+// replay with -nemesis.readdress=false.
+func TestPlanWithoutReaddressKeepsOldSeeds(t *testing.T) {
+	without := Draw{Join: true, Ops: true, Disk: true, Delay: true}
+	drawnWith := 0
+	for seed := range uint64(200) {
+		for _, s := range Plan(seed, 6, without) {
+			if s.Kind == FaultReaddress {
+				t.Fatalf("seed %d: %s drawn without new addresses", seed, s)
+			}
+		}
+		for _, s := range Plan(seed, 6, all) {
+			if s.Kind == FaultReaddress {
+				drawnWith++
+			}
+		}
+	}
+	if drawnWith == 0 {
+		t.Fatal("no readdress drawn in 200 plans")
+	}
+	var got []string
+	for _, s := range Plan(6513, 6, without) {
+		got = append(got, s.String())
+	}
+	want := []string{"halves for 9.669s", "kill-wipe for 3.776s", "transfer", "bridge for 4.976s", "isolate-leader for 3.947s", "join"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("seed 6513 without new addresses: got %q, want %q", got, want)
 	}
 }
 
