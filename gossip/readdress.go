@@ -77,9 +77,9 @@ func (m *Membership) randomLivePeer() (Member, bool) {
 var errPreviousRun = errors.New("news of this node's previous run, at the address it had then")
 
 // previousRun reads the address file (Config.AddrFile) for the gossip
-// address this node advertised in its previous run, "" when there is
-// none. A file that cannot be read is an error; one that does not hold an
-// address is reported and then replaced.
+// address this node advertised in its previous run, the zero AddrPort
+// when there is none. A file that cannot be read is an error; one that
+// does not hold an address is reported and then replaced (recordAddr).
 func (m *Membership) previousRun() (netip.AddrPort, error) {
 	if m.cfg.AddrFile == "" {
 		return netip.AddrPort{}, nil
@@ -140,6 +140,8 @@ func (m *Membership) recordAddr() error {
 	return nil
 }
 
+// unmapAddrPort is ap with an IPv4-mapped IPv6 address made IPv4, as
+// memberlist gives such addresses in either form.
 func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
