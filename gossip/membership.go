@@ -398,24 +398,35 @@ func (m *Membership) secondView(seeds []string) string {
 			isSeed[at] = true
 		}
 	}
-	self := m.serf.LocalMember().Name
-	var pick []serf.Member
-	for _, s := range m.serf.Members() {
+	s, ok := m.randomLivePeer(func(s serf.Member) bool {
 		at, ok := memberAddr(s)
-		if ok && s.Status == serf.StatusAlive && s.Name != self && !isSeed[at] {
-			pick = append(pick, s)
-		}
-	}
-	if len(pick) == 0 {
+		return !ok || isSeed[at]
+	})
+	if !ok {
 		return ""
 	}
-	s := pick[rand.IntN(len(pick))]
 	addr := net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port)))
 	if _, err := m.serf.Memberlist().Join([]string{addr}); err != nil {
 		m.logger.Debug("gossip: second exchange of state after the join failed", "member", s.Name, "err", err)
 		return ""
 	}
 	return s.Name
+}
+
+// randomLivePeer picks at random a member other than this node that serf
+// lists alive and skip (nil for none) does not leave out.
+func (m *Membership) randomLivePeer(skip func(serf.Member) bool) (serf.Member, bool) {
+	self := m.serf.LocalMember().Name
+	var pick []serf.Member
+	for _, s := range m.serf.Members() {
+		if s.Status == serf.StatusAlive && s.Name != self && (skip == nil || !skip(s)) {
+			pick = append(pick, s)
+		}
+	}
+	if len(pick) == 0 {
+		return serf.Member{}, false
+	}
+	return pick[rand.IntN(len(pick))], true
 }
 
 // listedAlive reports whether addr ("ip" or "ip:port") is the gossip

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,26 +51,11 @@ func (m *Membership) announceNewAddress(start time.Time) {
 				m.logger.Debug("gossip: stopped announcing this node's new address", "after", now.Sub(start))
 				return
 			}
-			if peer, ok := m.randomLivePeer(); ok {
-				m.greet(peer.Name, peer.Addr)
+			if peer, ok := m.randomLivePeer(nil); ok {
+				m.greet(peer.Name, net.JoinHostPort(peer.Addr.String(), strconv.Itoa(int(peer.Port))))
 			}
 		}
 	}
-}
-
-// randomLivePeer picks a member other than this node that is listed alive.
-func (m *Membership) randomLivePeer() (Member, bool) {
-	var pick Member
-	n := 0
-	for _, mem := range m.Members() {
-		if mem.Name == m.cfg.Name || mem.Status != StatusAlive {
-			continue
-		}
-		if n++; rand.IntN(n) == 0 {
-			pick = mem
-		}
-	}
-	return pick, n > 0
 }
 
 // errPreviousRun is the reason memberlist is given for ignoring news of
