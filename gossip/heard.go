@@ -138,7 +138,7 @@ func (w *healWatch) watchList() map[netip.AddrPort]string {
 	out := make(map[netip.AddrPort]string, len(w.addrs))
 	for name, addr := range w.addrs {
 		if ap, err := netip.ParseAddrPort(addr); err == nil {
-			out[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = name
+			out[unmapAddrPort(ap)] = name
 		}
 	}
 	return out

@@ -62,6 +62,8 @@ type Membership struct {
 	shutdownErr  error
 
 	keys keyringState // gossip keyring and its watcher; see keyring.go
+
+	recorded netip.AddrPort // the address file's address at start (readdress.go)
 }
 
 // Start starts gossip with a copy of cfg: it binds the gossip port, starts
@@ -129,11 +131,11 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 		nl.Shutdown()
 		return err
 	}
-	if err := m.precheck(nl, sc); err != nil {
-		nl.Shutdown()
-		return err
+	adv, err := m.precheck(nl, sc)
+	if err == nil {
+		err = m.notePreviousRun(adv)
 	}
-	if err := m.notePreviousRun(nl, sc.MemberlistConfig); err != nil {
+	if err != nil {
 		nl.Shutdown()
 		return err
 	}
@@ -148,20 +150,25 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 
 // precheck catches the usual ways serf.Create fails after it started
 // goroutines that it then leaks: a snapshot file it cannot open, and an
-// advertise address memberlist cannot work out.
-func (m *Membership) precheck(nl *netLayer, sc *serf.Config) error {
+// advertise address memberlist cannot work out. It returns that address.
+func (m *Membership) precheck(nl *netLayer, sc *serf.Config) (netip.AddrPort, error) {
 	if sc.SnapshotPath != "" {
 		f, err := os.OpenFile(sc.SnapshotPath, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
-			return fmt.Errorf("gossip: snapshot: %w", err)
+			return netip.AddrPort{}, fmt.Errorf("gossip: snapshot: %w", err)
 		}
 		f.Close()
 	}
 	mc := sc.MemberlistConfig
-	if _, _, err := nl.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort); err != nil {
-		return fmt.Errorf("gossip: advertise address: %w", err)
+	ip, port, err := nl.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("gossip: advertise address: %w", err)
 	}
-	return nil
+	addr, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("gossip: advertise address %v", ip)
+	}
+	return unmapAddrPort(netip.AddrPortFrom(addr, uint16(port))), nil
 }
 
 // serfConfig translates m.cfg into serf's configuration.
@@ -467,6 +474,12 @@ func (m *Membership) seedAddr(addr string) (netip.AddrPort, bool) {
 func memberAddr(s serf.Member) (netip.AddrPort, bool) {
 	ip, ok := netip.AddrFromSlice(s.Addr)
 	return netip.AddrPortFrom(ip.Unmap(), s.Port), ok
+}
+
+// unmapAddrPort is ap with an IPv4-mapped IPv6 address made IPv4, as
+// memberlist and the sockets give such addresses in either form.
+func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // track registers a goroutine that Shutdown must wait for, unless Shutdown

@@ -238,7 +238,7 @@ func (t *netLayer) noteHeard(from *net.UDPAddr) {
 		return
 	}
 	ap := from.AddrPort()
-	if name, ok := (*w)[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]; ok {
+	if name, ok := (*w)[unmapAddrPort(ap)]; ok {
 		select {
 		case t.heard <- name:
 		default:
@@ -288,7 +288,7 @@ func (t *netLayer) WriteToAddress(b []byte, a memberlist.Address) (time.Time, er
 		return time.Now(), nil // a dropped packet looks sent
 	}
 	if to, err := netip.ParseAddrPort(a.Addr); err == nil {
-		_, err = t.udp.WriteToUDPAddrPort(b, netip.AddrPortFrom(to.Addr().Unmap(), to.Port()))
+		_, err = t.udp.WriteToUDPAddrPort(b, unmapAddrPort(to))
 		return time.Now(), err
 	}
 	to, err := net.ResolveUDPAddr("udp", a.Addr)

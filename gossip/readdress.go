@@ -4,14 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 
 	"github.com/tenurehq/tenure/internal/fsutil"
 )
@@ -52,7 +48,9 @@ func (m *Membership) announceNewAddress(start time.Time) {
 				return
 			}
 			if peer, ok := m.randomLivePeer(nil); ok {
-				m.greet(peer.Name, net.JoinHostPort(peer.Addr.String(), strconv.Itoa(int(peer.Port))))
+				if addr, ok := memberAddr(peer); ok {
+					m.greet(peer.Name, addr.String())
+				}
 			}
 		}
 	}
@@ -86,48 +84,34 @@ func (m *Membership) previousRun() (netip.AddrPort, error) {
 }
 
 // notePreviousRun reads the address this node had in its previous run
-// (previousRun) and, when it is not the address it advertises now (the
-// netLayer's final advertise address of mc), hands it to the conflict gate,
-// which ignores news of it.
-func (m *Membership) notePreviousRun(nl *netLayer, mc *memberlist.Config) error {
+// (previousRun) and, when it is not adv, the address it advertises now,
+// hands it to the conflict gate, which ignores news of it.
+func (m *Membership) notePreviousRun(adv netip.AddrPort) error {
 	prev, err := m.previousRun()
-	if err != nil || !prev.IsValid() {
+	if err != nil {
 		return err
 	}
-	ip, port, err := nl.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort)
-	if err != nil {
-		return fmt.Errorf("gossip: advertise address: %w", err)
-	}
-	now, ok := netip.AddrFromSlice(ip)
-	if !ok {
-		return fmt.Errorf("gossip: advertise address %v", ip)
-	}
-	if cur := netip.AddrPortFrom(now.Unmap(), uint16(port)); cur != prev {
+	m.recorded = prev
+	if prev.IsValid() && prev != adv {
 		m.conflict.previous = prev
 		m.logger.Info("gossip: this node's address changed since its last run; news of the old one is ignored",
-			"previous", prev.String(), "now", cur.String())
+			"previous", prev.String(), "now", adv.String())
 	}
 	return nil
 }
 
 // recordAddr writes the gossip address this node advertises to the address
-// file, unless it holds that address already.
+// file, unless it held that address at start.
 func (m *Membership) recordAddr() error {
 	if m.cfg.AddrFile == "" {
 		return nil
 	}
 	now := m.LocalMember().Addr
-	if b, err := os.ReadFile(m.cfg.AddrFile); err == nil && strings.TrimSpace(string(b)) == now {
+	if m.recorded.IsValid() && m.recorded.String() == now {
 		return nil
 	}
 	if err := fsutil.WriteFileAtomic(m.cfg.AddrFile, []byte(now+"\n"), 0o644); err != nil {
 		return fmt.Errorf("gossip: address file: %w", err)
 	}
 	return nil
-}
-
-// unmapAddrPort is ap with an IPv4-mapped IPv6 address made IPv4, as
-// memberlist gives such addresses in either form.
-func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
