@@ -232,6 +232,7 @@ func (a *Agent) startCore() error {
 		Voters:       a.cfg.Voters,
 		Zone:         a.cfg.Zone,
 		PromoteAfter: a.cfg.PromoteAfter,
+		IdleTick:     idleTickFactor * a.cfg.TickInterval,
 	}
 	switch d := a.cfg.DeadVoterTimeout; {
 	case d == 0:

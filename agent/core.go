@@ -36,13 +36,14 @@ type core struct {
 	amnesia amnesia        // it may have forgotten its grants (core_amnesia.go)
 
 	// What it knows of the others.
-	live  map[string]memberView // live members, self included
-	left  map[string]bool       // members gossip reports as having left
-	reach reach                 // whether the peer transport reaches a majority
-	watch leaseWatch            // the natural successor's watch of the leader's lease
-	peers peerBook              // peer addresses and failures, for reasons (core_reasons.go)
-	rtt   roundTrips            // how long peers take to answer, for the election
-	jumps jumpReport            // refused epoch jumps, for the log
+	live   map[string]memberView // live members, self included
+	left   map[string]bool       // members gossip reports as having left
+	reach  reach                 // whether the peer transport reaches a majority
+	watch  leaseWatch            // the natural successor's watch of the leader's lease
+	ticked time.Time             // the last tick, to tell a freeze of this node (ownFreeze)
+	peers  peerBook              // peer addresses and failures, for reasons (core_reasons.go)
+	rtt    roundTrips            // how long peers take to answer, for the election
+	jumps  jumpReport            // refused epoch jumps, for the log
 
 	// As candidate and leader.
 	rounds rounds // core_lease.go
@@ -91,6 +92,10 @@ type coreConfig struct {
 	// PromoteAfter is how long a node must be alive before it is promoted
 	// (0: maxTTLFactor lease TTLs).
 	PromoteAfter time.Duration
+	// IdleTick is the longest the driver leaves a running core unticked
+	// (idleTickFactor ticks): a longer gap is a freeze of this node
+	// (ownFreeze).
+	IdleTick time.Duration
 	// Count, if set, is told of each lease event by name, for metrics:
 	// "lease.acquired", "lease.acquire_failed", "lease.renewed",
 	// "lease.renew_failed", "lease.expired".

@@ -275,7 +275,7 @@ func (s *csim) config(n *cnode, expect int) coreConfig {
 	lt.AcquireBudget = min(lt.AcquireBudget, e.CoordinatorTimeout/2) // as Config.leaseTiming
 	return coreConfig{Self: bully.Node{ID: n.id, Name: n.name}, Eligible: !n.drained, Voter: n.voter,
 		Consistency: Quorum, Lease: lt, Expect: expect, Election: e,
-		Voters: s.voters, Zone: n.zone, DeadVoterTimeout: s.deadTimeout}
+		Voters: s.voters, Zone: n.zone, DeadVoterTimeout: s.deadTimeout, IdleTick: localIdleTick}
 }
 
 // boot (re)starts a node from its stores.

@@ -95,6 +95,7 @@ func (c *core) watchLease(now time.Time) {
 	w := &c.watch
 	l, term, ok := c.m.NextInLine(now)
 	if !ok || !c.quorumMode() || c.roster().IsZero() {
+		c.ticked = now
 		if w.term != 0 {
 			*w = leaseWatch{}
 			c.m.LeaseEnds(now, bully.Node{}, 0, time.Time{})
@@ -103,6 +104,9 @@ func (c *core) watchLease(now time.Time) {
 	}
 	if w.leader != l || w.term != term {
 		*w = leaseWatch{leader: l, term: term, next: now, seen: map[string]sighting{}}
+	}
+	if since, ok := c.ownFreeze(now); ok {
+		c.forgetAnswers(now, since)
 	}
 	if c.grants != nil {
 		st := c.grants.Standing(now)
@@ -135,6 +139,47 @@ func (c *core) watchLease(now time.Time) {
 		c.log.Info("the leader stopped renewing: the voters' promises to its term have run out; campaigning as the node next in line",
 			"leader", w.leader.Name, "term", w.term)
 	}
+}
+
+// ownFreeze reports whether this node was frozen (a long GC pause, a
+// stopped VM or process) since its last tick, and when that tick was: its
+// ticks stopped for more than twice the longest the driver sleeps, and
+// more than half a renewal interval. It records now as the last tick.
+func (c *core) ownFreeze(now time.Time) (time.Time, bool) {
+	last := c.ticked
+	c.ticked = now
+	gap := max(2*c.cfg.IdleTick, c.cfg.Lease.RenewInterval()/2)
+	return last, !last.IsZero() && now.Sub(last) > gap
+}
+
+// forgetAnswers drops from the end the answers the watch had before this
+// node froze at since, and asks the voters again at once. The leader may
+// have renewed their promises any number of times meanwhile, and the end
+// those answers put may have passed during the freeze: acting on it, the
+// node next in line woke to drop a leader that had renewed all along,
+// said "no leader" and sent a lease round the voters refused (the fault
+// harness, TTL 1 s, seed 7168: 13 ms after its own pause;
+// TestWatchersOwnFreezeKeepsTheTerm). Until the new answers come, the
+// election is told the end is unknown, and does not act on it. Answers
+// read since the wake stay: those its kernel held through the freeze
+// report on the voter's clock a promise measured when they answered, so
+// the end they put is later than the true one, never earlier. A voter
+// keeps its mark of having promised the term.
+func (c *core) forgetAnswers(now, since time.Time) {
+	w := &c.watch
+	for name, s := range w.seen {
+		if !s.at.After(since) {
+			s.at = time.Time{}
+			w.seen[name] = s
+		}
+	}
+	w.next = now
+	if !w.end.IsZero() {
+		w.end = time.Time{}
+		c.m.LeaseEnds(now, w.leader, w.term, time.Time{})
+	}
+	c.log.Debug("lease watch: this node was frozen; asking the voters again", "leader", w.leader.Name, "term", w.term,
+		"frozen", now.Sub(since))
 }
 
 // heardNearEnd reports whether the leader announced its term after the

@@ -428,3 +428,52 @@ func TestOwnVotersReleaseStopsTheWatch(t *testing.T) {
 	}
 	t.Fatalf("n1 does not lead %v after %s handed its term to it\n%s", 2*s.ttl, l, s.dump())
 }
+
+// TestWatchersOwnFreezeKeepsTheTerm: the node next in line, which watches
+// the leader's lease, is frozen (a GC pause, a stopped VM) for up to a TTL
+// at a random point of the leader's renewal cycle, while the leader keeps
+// renewing a majority without it. From the moment it wakes, it must still
+// follow the leader in its term: the answers it had from before its freeze
+// say nothing of the renewals made meanwhile.
+func TestWatchersOwnFreezeKeepsTheTerm(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Second, 10 * time.Second} {
+		for i := range 20 {
+			t.Run(fmt.Sprintf("ttl=%v/%d", ttl, i), func(t *testing.T) {
+				watchersFreeze(t, ttl)
+			})
+		}
+	}
+}
+
+// watchersFreeze is one run of TestWatchersOwnFreezeKeepsTheTerm.
+func watchersFreeze(t *testing.T, ttl time.Duration) {
+	s := newCsim(t, testlog.Seed(t))
+	s.ttl = ttl
+	s.addNodes(5)
+	l, _ := s.waitLeader(10 * time.Second)
+	term := s.nodes[l].led[len(s.nodes[l].led)-1]
+	s.run(2*s.ttl + time.Duration(s.rand.Int64N(int64(s.ttl))))
+	w := ""
+	for _, name := range s.othersThan(l) {
+		if s.nodes[name].c.watch.term != 0 {
+			w = name
+		}
+	}
+	if w == "" {
+		t.Fatalf("no node watches %s's lease\n%s", l, s.dump())
+	}
+	n := s.nodes[w]
+	n.paused = true
+	frozen := time.Duration(s.ttl/20) + time.Duration(s.rand.Int64N(int64(s.ttl)))
+	s.run(frozen)
+	n.paused = false
+	wake := s.now
+	for end := s.now.Add(2 * s.ttl); s.now.Before(end); s.tick() {
+		for _, name := range s.othersThan(l) {
+			if st := s.nodes[name].c.m.Status(); st.Leader.Name != l || st.Term != term {
+				t.Fatalf("%s lost %s's term %d %v after %s woke from %v frozen: leader %q term %d (lost %s)\n%s",
+					name, l, term, s.now.Sub(wake), w, frozen, st.Leader.Name, st.Term, st.Lost, s.dump())
+			}
+		}
+	}
+}
