@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,7 +23,8 @@ func TestRestartOnNewAddressRejoins(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		waitFailed bool
-	}{{"at once", false}, {"after it was declared failed", true}} {
+		wipe       bool // it comes back without its address file
+	}{{"at once", false, false}, {"after it was declared failed", true, false}, {"at once without its address file", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestCluster(t)
 			c.expect = 3
@@ -52,6 +55,11 @@ func TestRestartOnNewAddressRejoins(t *testing.T) {
 					}
 					return nil
 				})
+			}
+			if tc.wipe {
+				if err := os.Remove(filepath.Join(cfgs["n2"].DataDir, addrFile)); err != nil {
+					t.Fatal(err)
+				}
 			}
 			start := time.Now()
 			n2 := c.start(cfgs["n2"])

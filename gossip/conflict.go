@@ -50,9 +50,43 @@ type conflictGate struct {
 	started atomic.Int64 // resolutions started since the gate was made
 
 	// previous is the address this node had in its previous run, when it
-	// is not its address now (readdress.go); set before serf starts.
-	previous netip.AddrPort
+	// is not its address now (readdress.go); self is the address it
+	// advertises. Both are set before serf starts.
+	previous, self netip.AddrPort
+	// claims are the other addresses news of this node's name came from,
+	// and what a ping there found (readdress.go); pings takes those to
+	// ping. Under mu.
+	claims map[netip.AddrPort]claim
+	pings  chan netip.AddrPort
 }
+
+// claim is what a ping found at an address from which news of this
+// node's name came (conflictGate.claimAt), and until when it stands.
+type claim struct {
+	found claimFound
+	until time.Time // for claimSilent
+}
+
+// claimFound is what a ping found.
+type claimFound int
+
+const (
+	claimPinging  claimFound = iota + 1 // not yet known: its news is refused meanwhile
+	claimSilent                         // no answer: an earlier run of this node
+	claimAnswered                       // a live node answers there under this node's name
+)
+
+// claimRecheck is how long a silent address's news is refused unpinged:
+// news of it still coming after that is pinged again. A dead host's news
+// stops once the others have declared it failed; a live node with this
+// node's name that a partition kept from answering is found once the
+// partition heals.
+const claimRecheck = 30 * time.Second
+
+// maxClaims bounds the addresses the gate remembers: beyond it, news from
+// a new address goes to serf's resolution unpinged, as before the gate
+// pinged any.
+const maxClaims = 64
 
 // errNameConflict is the reason memberlist is given for ignoring this
 // node's own alive message while a name conflict is being resolved.
@@ -64,7 +98,8 @@ var errNameConflict = errors.New("tags held while a conflict over this node's na
 // cluster allowed, and at least 30 s.
 func newConflictGate(name string, gossipInterval time.Duration, maxMembers int) *conflictGate {
 	query := gossipInterval * 16 * time.Duration(math.Ceil(math.Log10(float64(maxMembers+1))))
-	return &conflictGate{name: name, bound: max(2*query, 30*time.Second)}
+	return &conflictGate{name: name, bound: max(2*query, 30*time.Second),
+		claims: map[netip.AddrPort]claim{}, pings: make(chan netip.AddrPort, 8)}
 }
 
 // observe reads one of serf's log messages (its component and message,
@@ -156,17 +191,71 @@ func (g *conflictGate) wait(ctx context.Context) error {
 // list that address until they declare it failed, and taken as another
 // node's claim to the name it would start a conflict resolution that this
 // node, the minority until then, loses, and serf would stop (a restart on
-// a new address stopped itself 4 s after it started).
+// a new address stopped itself 4 s after it started). News of this node
+// at any other address waits for a ping there (claimAt).
 func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
 	if n.Name != g.name {
 		return nil
 	}
-	if ip, ok := netip.AddrFromSlice(n.Addr); ok && g.previous.IsValid() &&
-		netip.AddrPortFrom(ip.Unmap(), n.Port) == g.previous {
-		return errPreviousRun
+	if ip, ok := netip.AddrFromSlice(n.Addr); ok {
+		at := netip.AddrPortFrom(ip.Unmap(), n.Port)
+		if at == g.previous {
+			return errPreviousRun
+		}
+		if g.self.IsValid() && at != g.self {
+			if err := g.claimAt(at); err != nil {
+				return err
+			}
+		}
 	}
 	if shut, _, _ := g.shut(); shut {
 		return errNameConflict
 	}
 	return nil
 }
+
+// claimAt decides on news of this node's name from another address at,
+// for NotifyAlive. The first such news is refused, and at is pinged under
+// this node's name (Membership.checkClaims): where nothing answers, at is
+// an earlier run of this node (restarted on another address without the
+// address file that would name it: a wiped data dir, or the first start
+// of a version that keeps it), and its news is refused as the previous
+// run's for claimRecheck, then pinged again if it still comes; where a
+// node answers, it is another node given the same name, and its news goes
+// to serf's resolution, one of the two stopping.
+func (g *conflictGate) claimAt(at netip.AddrPort) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, known := g.claims[at]
+	switch {
+	case c.found == claimAnswered:
+		return nil
+	case c.found == claimSilent && time.Now().Before(c.until):
+		return errPreviousRun
+	case c.found == claimPinging:
+		return errClaimPinging
+	case !known && len(g.claims) >= maxClaims:
+		return nil
+	}
+	select {
+	case g.pings <- at:
+		g.claims[at] = claim{found: claimPinging}
+	default: // pings are queued: a later news of it asks again
+	}
+	return errClaimPinging
+}
+
+// settle records what the ping at at found: answered, or not.
+func (g *conflictGate) settle(at netip.AddrPort, answered bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if answered {
+		g.claims[at] = claim{found: claimAnswered}
+		return
+	}
+	g.claims[at] = claim{found: claimSilent, until: time.Now().Add(claimRecheck)}
+}
+
+// errClaimPinging is the reason memberlist is given for ignoring news of
+// this node from another address while a ping there is pending.
+var errClaimPinging = errors.New("news of this node's name from another address, not yet pinged")

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/serf/serf"
 )
@@ -63,7 +62,8 @@ type Membership struct {
 
 	keys keyringState // gossip keyring and its watcher; see keyring.go
 
-	recorded netip.AddrPort // the address file's address at start (readdress.go)
+	recorded   netip.AddrPort // the address file's address at start (readdress.go)
+	announcing atomic.Bool    // announceNewAddress was started
 }
 
 // Start starts gossip with a copy of cfg: it binds the gossip port, starts
@@ -99,8 +99,11 @@ func Start(cfg Config) (*Membership, error) {
 	if len(cfg.Join) > 0 || cfg.SnapshotPath != "" {
 		m.startJoinLoop(cfg.Join)
 	}
-	if m.conflict.previous.IsValid() && m.track() {
-		go m.announceNewAddress(time.Now())
+	if m.track() {
+		go m.checkClaims()
+	}
+	if m.conflict.previous.IsValid() {
+		m.startAnnouncing()
 	}
 	if err := m.recordAddr(); err != nil {
 		m.logger.Error("gossip: cannot record this node's address; after a restart on another address, it may stop itself over a name conflict", "err", err)
@@ -133,6 +136,7 @@ func (m *Membership) startSerf(events chan serf.Event) error {
 	}
 	adv, err := m.precheck(nl, sc)
 	if err == nil {
+		m.conflict.self = adv
 		err = m.notePreviousRun(adv)
 	}
 	if err != nil {

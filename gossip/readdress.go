@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/tenurehq/tenure/internal/fsutil"
 )
 
@@ -54,6 +56,75 @@ func (m *Membership) announceNewAddress(start time.Time) {
 			}
 		}
 	}
+}
+
+// startAnnouncing starts announceNewAddress, once.
+func (m *Membership) startAnnouncing() {
+	if !m.announcing.Swap(true) && m.track() {
+		go m.announceNewAddress(time.Now())
+	}
+}
+
+// claimPings is how many pings checkClaims sends to an address before it
+// takes the address for one where nothing answers.
+const claimPings = 3
+
+// checkClaims pings, under this node's name, each other address from
+// which news of that name came (conflictGate.claimAt), and tells the gate
+// what it found. Where nothing answers, the news was of an earlier run of
+// this node, and it announces its new address, as after a restart the
+// address file names (announceNewAddress). Where a node answers, it is
+// another node given this node's name, and this node exchanges state
+// with a live member so that the news comes again, now to serf's
+// resolution. A node at that address under another name does not answer
+// (memberlist acks only pings for its own name).
+func (m *Membership) checkClaims() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case at := <-m.conflict.pings:
+			answered := m.pingSelfAt(at)
+			m.conflict.settle(at, answered)
+			if !answered {
+				m.logger.Info("gossip: the others list this node's name at another address, where nothing answers: taken for an earlier run of this node; announcing its address now",
+					"previous", at.String(), "now", m.conflict.self.String())
+				m.startAnnouncing()
+				continue
+			}
+			m.logger.Warn("gossip: another node answers under this node's name; serf resolves the conflict, and one of the two stops",
+				"other", at.String(), "this", m.conflict.self.String())
+			if peer, ok := m.randomLivePeer(nil); ok {
+				if addr, ok := memberAddr(peer); ok {
+					m.greet(peer.Name, addr.String())
+				}
+			}
+		}
+	}
+}
+
+// pingSelfAt reports whether a node answers a ping for this node's name
+// at at, of claimPings sent one probe timeout apart.
+func (m *Membership) pingSelfAt(at netip.AddrPort) bool {
+	for range claimPings {
+		if m.ctx.Err() != nil {
+			return false
+		}
+		_, err := m.serf.Memberlist().Ping(m.cfg.Name, net.UDPAddrFromAddrPort(at))
+		if err == nil {
+			return true
+		}
+		var silent memberlist.NoPingResponseError
+		if !errors.As(err, &silent) {
+			m.logger.Debug("gossip: ping of another address of this node's name", "at", at.String(), "err", err)
+			select { // a send that failed at once: wait as a timeout would
+			case <-m.ctx.Done():
+			case <-time.After(m.cfg.Timing.ProbeTimeout):
+			}
+		}
+	}
+	return false
 }
 
 // errPreviousRun is the reason memberlist is given for ignoring news of

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -27,6 +28,86 @@ func TestGateIgnoresPreviousRun(t *testing.T) {
 		if err := g.NotifyAlive(n); err != nil {
 			t.Fatalf("refused %s at %s:%d: %v", n.Name, n.Addr, n.Port, err)
 		}
+	}
+}
+
+// TestGatePingsOtherAddresses: news of this node's name from an address
+// other than its own is refused and queued for a ping, once, and refused
+// while the ping is pending; then taken where a node answered, refused as
+// an earlier run where none did, until claimRecheck has passed. News of other names, and of this node at
+// its own address, passes; beyond maxClaims addresses, news passes
+// unpinged.
+func TestGatePingsOtherAddresses(t *testing.T) {
+	g := newConflictGate("n1", 50*time.Millisecond, 128)
+	g.self = netip.MustParseAddrPort("10.0.0.5:7946")
+	alive := func(name, ap string) *memberlist.Node {
+		a := netip.MustParseAddrPort(ap)
+		return &memberlist.Node{Name: name, Addr: net.IP(a.Addr().AsSlice()), Port: a.Port()}
+	}
+	for _, n := range []*memberlist.Node{alive("n1", "10.0.0.5:7946"), alive("n2", "10.0.0.6:7946")} {
+		if err := g.NotifyAlive(n); err != nil {
+			t.Fatalf("refused %s at %s:%d: %v", n.Name, n.Addr, n.Port, err)
+		}
+	}
+	if len(g.pings) != 0 {
+		t.Fatalf("%d pings queued for news of other names or of this address", len(g.pings))
+	}
+	for _, ap := range []string{"10.0.0.7:7946", "10.0.0.8:7946"} {
+		for range 2 {
+			if err := g.NotifyAlive(alive("n1", ap)); !errors.Is(err, errClaimPinging) {
+				t.Fatalf("news of n1 at %s before a ping: %v, want it refused as pending", ap, err)
+			}
+		}
+		if at := <-g.pings; at.String() != ap {
+			t.Fatalf("queued a ping of %s, want %s", at, ap)
+		}
+	}
+	if len(g.pings) != 0 {
+		t.Fatal("an address was queued twice")
+	}
+	g.settle(netip.MustParseAddrPort("10.0.0.7:7946"), false)
+	g.settle(netip.MustParseAddrPort("10.0.0.8:7946"), true)
+	if err := g.NotifyAlive(alive("n1", "10.0.0.7:7946")); !errors.Is(err, errPreviousRun) {
+		t.Fatalf("news of n1 where nothing answered: %v, want it refused as an earlier run", err)
+	}
+	if err := g.NotifyAlive(alive("n1", "10.0.0.8:7946")); err != nil {
+		t.Fatalf("news of n1 where a node answered: %v, want it taken", err)
+	}
+	silent := netip.MustParseAddrPort("10.0.0.7:7946")
+	g.claims[silent] = claim{found: claimSilent, until: time.Now()} // its recheck is due
+	if err := g.NotifyAlive(alive("n1", silent.String())); !errors.Is(err, errClaimPinging) {
+		t.Fatalf("news of n1 where nothing answered, %v later: %v, want it pinged again", claimRecheck, err)
+	}
+	if at := <-g.pings; at != silent {
+		t.Fatalf("queued a ping of %s, want %s", at, silent)
+	}
+	for i := range maxClaims {
+		g.claims[netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 1)] = claim{found: claimSilent}
+	}
+	if err := g.NotifyAlive(alive("n1", "10.2.0.1:7946")); err != nil {
+		t.Fatalf("news from a new address with %d remembered: %v, want it passed unpinged", len(g.claims), err)
+	}
+}
+
+// TestPingSelfAt: a ping under this node's name is answered by a live
+// member of that name, and not by a member of another name or by an
+// address where nothing listens.
+func TestPingSelfAt(t *testing.T) {
+	twin := startNode(t, testConfig(t, 1))
+	other := startNode(t, testConfig(t, 2))
+	cfg := testConfig(t, 1) // the same name as twin
+	me := startNode(t, cfg)
+	addr := func(n *node) netip.AddrPort { return netip.MustParseAddrPort(n.LocalMember().Addr) }
+	if !me.pingSelfAt(addr(twin)) {
+		t.Fatal("a live member of this node's name did not answer")
+	}
+	if me.pingSelfAt(addr(other)) {
+		t.Fatal("a member of another name answered a ping for this node's name")
+	}
+	gone := addr(other)
+	other.Shutdown()
+	if me.pingSelfAt(gone) {
+		t.Fatal("an address where nothing listens answered")
 	}
 }
 

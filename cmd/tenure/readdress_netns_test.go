@@ -4,6 +4,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +18,23 @@ import (
 // within a failure detection and a suspicion, it does not stop itself over
 // a "conflict" with its own old address, and it follows the same term. Its
 // vote counts again: with h1 then killed too, the leader renews through
-// it and keeps its term past a TTL.
+// it and keeps its term past a TTL. The same holds when its data dir has
+// lost the file that names its previous address (a wiped data dir, or the
+// first start of a release that keeps the file): it then finds that
+// nothing answers at the old address under its name.
 func TestRestartOnNewAddressInNamespaces(t *testing.T) {
-	t.Parallel() // its hosts are a network of their own (netnsHosts)
+	t.Parallel()
+	for _, wipe := range []bool{false, true} {
+		t.Run(map[bool]string{false: "with its address file", true: "without its address file"}[wipe], func(t *testing.T) {
+			t.Parallel() // its hosts are a network of their own (netnsHosts)
+			restartOnNewAddress(t, wipe)
+		})
+	}
+}
+
+// restartOnNewAddress is TestRestartOnNewAddressInNamespaces, the address
+// file removed before the restart if wipe.
+func restartOnNewAddress(t *testing.T, wipe bool) {
 	f := newFleet(t, 3)
 	defer f.dumpLogs()
 	lan := []string{"--expect", "3", "--timing", "lan", "--lease-ttl", "10s"} // the later --timing wins
@@ -38,6 +54,11 @@ func TestRestartOnNewAddressInNamespaces(t *testing.T) {
 	}
 	if err := h2.Run("ip", "addr", "add", h2.Addr+"/24", "dev", "eth0"); err != nil {
 		t.Fatal(err)
+	}
+	if wipe {
+		if err := os.Remove(filepath.Join(f.dir, "h2", "gossip-addr")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	start := time.Now()
 	f.start(1, lan...)
