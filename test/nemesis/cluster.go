@@ -386,17 +386,19 @@ const readdressStep = 150
 
 // Readdress moves n's host to its other address (readdressStep), as a new
 // DHCP lease does; n's agent must be down. Joins and partitions use the
-// new address from then on.
-func (c *Cluster) Readdress(n *Node) error {
+// new address from then on. It reports whether the host moved back to
+// its first address.
+func (c *Cluster) Readdress(n *Node) (back bool, err error) {
 	if n.agent != nil {
-		return fmt.Errorf("nemesis: readdress %s: its agent runs", n.Name)
+		return false, fmt.Errorf("nemesis: readdress %s: its agent runs", n.Name)
 	}
 	cut := strings.LastIndex(n.Host.Addr, ".")
 	octet, err := strconv.Atoi(n.Host.Addr[cut+1:])
 	if err != nil {
-		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+		return false, fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
 	}
-	if octet > readdressStep {
+	back = octet > readdressStep
+	if back {
 		octet -= readdressStep
 	} else {
 		octet += readdressStep
@@ -405,13 +407,13 @@ func (c *Cluster) Readdress(n *Node) error {
 	// The old address goes first: deleting a subnet's primary address
 	// deletes its secondaries too, and the new one would be one.
 	if err := n.Host.Run("ip", "addr", "del", n.Host.Addr+"/24", "dev", "eth0"); err != nil {
-		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+		return back, fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
 	}
 	if err := n.Host.Run("ip", "addr", "add", next+"/24", "dev", "eth0"); err != nil {
-		return fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
+		return back, fmt.Errorf("nemesis: readdress %s: %w", n.Name, err)
 	}
 	n.Host.Addr = next
-	return nil
+	return back, nil
 }
 
 // Pause stops n's agent process only (SIGSTOP).

@@ -137,8 +137,16 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 		undo = func() error { return c.StartAgents(victim) }
 	case FaultReaddress:
 		what, err = victim.Name, c.Kill(victim)
+		var back bool
 		if err == nil {
-			err = c.Readdress(victim)
+			back, err = c.Readdress(victim)
+		}
+		if err == nil && back {
+			// Moving back, it comes with an empty data dir too (a
+			// container rescheduled with its volume lost): nothing
+			// names its previous address, and its vote waits out a TTL.
+			what += " wiped"
+			err = c.Wipe(victim)
 		}
 		if err == nil {
 			what += " to " + victim.Host.Addr

@@ -29,8 +29,9 @@ const (
 	FaultJoin      = "join"           // a node with the highest ID joins (once per schedule)
 	// FaultReaddress kills a node's agent (the leader's half the time),
 	// moves its host to another address (its octet plus 150, and back the
-	// next time) and starts the agent again at once with its data dir:
-	// a host back with a new DHCP lease before the others noticed it gone.
+	// next time) and starts the agent again at once with its data dir
+	// (emptied when it moves back): a host back with a new DHCP lease, or
+	// a container rescheduled, before the others noticed it gone.
 	FaultReaddress = "readdress"
 	// FaultDiskFull fills a node's disk (the leader's half the time) so
 	// that its writes to its data dir fail, and frees it after the hold.
