@@ -56,15 +56,23 @@ func (n *Node) Up() bool { return n.agent != nil && !n.paused && !n.pausedHost }
 
 // Status asks the agent for its status, bounded by a second (a stopped
 // agent accepts the connection but never answers).
-func (n *Node) Status() (rpc.Status, error) {
+func (n *Node) Status() (rpc.Status, error) { return ask(n, (*rpc.Client).Status) }
+
+// Members asks the agent for its member list, bounded as Status.
+func (n *Node) Members() ([]rpc.Member, error) { return ask(n, (*rpc.Client).Members) }
+
+// ask makes one call to n's agent on a connection of its own, bounded by
+// a second.
+func ask[T any](n *Node, call func(*rpc.Client, context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	cl, err := rpc.Dial(ctx, n.Socket())
 	if err != nil {
-		return rpc.Status{}, err
+		var zero T
+		return zero, err
 	}
 	defer cl.Close()
-	return cl.Status(ctx)
+	return call(cl, ctx)
 }
 
 // stopHost stops the supervisor first (so it starts no new child), then

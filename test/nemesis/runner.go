@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/rpc"
 )
 
 // StepResult is what one step did.
@@ -152,7 +154,13 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 			what += " to " + victim.Host.Addr
 			err = c.StartAgents(victim)
 		}
-		undo = func() error { return nil } // it runs at its new address for the hold
+		if err == nil {
+			listed := c.watchListing(victim)
+			undo = func() error { // it ran at its new address for the hold
+				what += "; " + listed()
+				return nil
+			}
+		}
 	case FaultPause:
 		what, err = leader.Name, c.Pause(leader)
 		undo = func() error { return c.Resume(leader) }
@@ -189,6 +197,61 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 		return what, c.Heal(fmt.Sprintf("network whole, every agent running but %s, which stays down", what))
 	}
 	return what, c.Heal("every agent running, network whole")
+}
+
+// watchListing measures how long after now every other running agent
+// lists n alive at its gossip address, polling every 100 ms for at most
+// listingBound. The function it returns stops the watch and says how
+// long it took, or that it did not happen yet.
+func (c *Cluster) watchListing(n *Node) func() string {
+	start := time.Now()
+	addr := n.Host.Addr + ":7946"
+	others := slices.DeleteFunc(c.Nodes(), func(o *Node) bool { return o == n || !o.Up() })
+	stop := make(chan struct{})
+	done := make(chan time.Duration, 1)
+	go func() {
+		for {
+			if c.listedBy(others, n.Name, addr) {
+				done <- time.Since(start)
+				return
+			}
+			if time.Since(start) > listingBound {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() string {
+		select {
+		case d := <-done:
+			return fmt.Sprintf("listed at its new address by the others after %v", d.Round(time.Millisecond))
+		default:
+			close(stop)
+			return fmt.Sprintf("not yet listed at its new address by every other agent after %v", time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// listingBound is the longest watchListing polls.
+const listingBound = 5 * time.Minute
+
+// listedBy reports whether each of nodes lists name alive at addr.
+func (c *Cluster) listedBy(nodes []*Node, name, addr string) bool {
+	for _, o := range nodes {
+		ms, err := o.Members()
+		if err != nil {
+			return false
+		}
+		i := slices.IndexFunc(ms, func(m rpc.Member) bool { return m.Name == name })
+		if i < 0 || ms[i].Status != rpc.MemberAlive || ms[i].Addr != addr {
+			return false
+		}
+	}
+	return true
 }
 
 // operate runs an operator's step on the leader (a stop or a drain: on
