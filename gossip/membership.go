@@ -106,7 +106,7 @@ func Start(cfg Config) (*Membership, error) {
 		m.startAnnouncing()
 	}
 	if err := m.recordAddr(); err != nil {
-		m.logger.Error("gossip: cannot record this node's address; after a restart on another address, it may stop itself over a name conflict", "err", err)
+		m.logger.Error("gossip: cannot record this node's address; after a restart on another address, it will take a few pings to know its old one", "err", err)
 	}
 	local := m.LocalMember()
 	m.logger.Info("gossip started", "addr", local.Addr, "id", cfg.ID, "peer", cfg.PeerAddr,
