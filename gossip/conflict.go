@@ -49,10 +49,8 @@ type conflictGate struct {
 
 	started atomic.Int64 // resolutions started since the gate was made
 
-	// previous is the address this node had in its previous run, when it
-	// is not its address now (readdress.go); self is the address it
-	// advertises. Both are set before serf starts.
-	previous, self netip.AddrPort
+	// self is the address this node advertises, set before serf starts.
+	self netip.AddrPort
 	// claims are the other addresses news of this node's name came from,
 	// and what a ping there found (readdress.go); pings takes those to
 	// ping. Under mu.
@@ -186,22 +184,19 @@ func (g *conflictGate) wait(ctx context.Context) error {
 
 // NotifyAlive implements memberlist.AliveDelegate: while the gate is shut
 // it refuses alive messages for this node's name, so memberlist does not
-// rewrite the local node's address (see conflictGate). It also refuses
-// news of this node at the address it had in its previous run: the others
-// list that address until they declare it failed, and taken as another
-// node's claim to the name it would start a conflict resolution that this
-// node, the minority until then, loses, and serf would stop (a restart on
-// a new address stopped itself 4 s after it started). News of this node
-// at any other address waits for a ping there (claimAt).
+// rewrite the local node's address (see conflictGate). News of this node
+// at another address waits for a ping there, and is refused if nothing
+// answers (claimAt): after a restart on a new address, the others list
+// the old one until they declare it failed, and taken as another node's
+// claim to the name it would start a conflict resolution that this node,
+// the minority until then, loses, and serf would stop (a restart on a new
+// address stopped itself 3-4 s after it started).
 func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
 	if n.Name != g.name {
 		return nil
 	}
 	if ip, ok := netip.AddrFromSlice(n.Addr); ok {
 		at := netip.AddrPortFrom(ip.Unmap(), n.Port)
-		if at == g.previous {
-			return errPreviousRun
-		}
 		if g.self.IsValid() && at != g.self {
 			if err := g.claimAt(at); err != nil {
 				return err
@@ -217,12 +212,12 @@ func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
 // claimAt decides on news of this node's name from another address at,
 // for NotifyAlive. The first such news is refused, and at is pinged under
 // this node's name (Membership.checkClaims): where nothing answers, at is
-// an earlier run of this node (restarted on another address without the
-// address file that would name it: a wiped data dir, or the first start
-// of a version that keeps it), and its news is refused as the previous
-// run's for claimRecheck, then pinged again if it still comes; where a
-// node answers, it is another node given the same name, and its news goes
-// to serf's resolution, one of the two stopping.
+// an earlier run of this node (restarted on another address, whether or
+// not the address file names it: a wiped data dir has none), and its news
+// is refused as the previous run's for claimRecheck, then pinged again if
+// it still comes; where a node answers, it is another node given the same
+// name (at the address this node had before, too), and its news goes to
+// serf's resolution, one of the two stopping.
 func (g *conflictGate) claimAt(at netip.AddrPort) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

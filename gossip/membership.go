@@ -63,6 +63,7 @@ type Membership struct {
 	keys keyringState // gossip keyring and its watcher; see keyring.go
 
 	recorded   netip.AddrPort // the address file's address at start (readdress.go)
+	previous   netip.AddrPort // recorded, when it is not this node's address now
 	announcing atomic.Bool    // announceNewAddress was started
 }
 
@@ -102,7 +103,7 @@ func Start(cfg Config) (*Membership, error) {
 	if m.track() {
 		go m.checkClaims()
 	}
-	if m.conflict.previous.IsValid() {
+	if m.previous.IsValid() {
 		m.startAnnouncing()
 	}
 	if err := m.recordAddr(); err != nil {

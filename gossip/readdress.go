@@ -128,7 +128,7 @@ func (m *Membership) pingSelfAt(at netip.AddrPort) bool {
 }
 
 // errPreviousRun is the reason memberlist is given for ignoring news of
-// this node at the address it had in its previous run.
+// this node at an address where nothing answers: an earlier run's.
 var errPreviousRun = errors.New("news of this node's previous run, at the address it had then")
 
 // previousRun reads the address file (Config.AddrFile) for the gossip
@@ -156,7 +156,9 @@ func (m *Membership) previousRun() (netip.AddrPort, error) {
 
 // notePreviousRun reads the address this node had in its previous run
 // (previousRun) and, when it is not adv, the address it advertises now,
-// hands it to the conflict gate, which ignores news of it.
+// records it as previous: the node announces its new address from the
+// start (announceNewAddress), rather than once a ping of the old one has
+// found nothing there (checkClaims).
 func (m *Membership) notePreviousRun(adv netip.AddrPort) error {
 	prev, err := m.previousRun()
 	if err != nil {
@@ -164,8 +166,8 @@ func (m *Membership) notePreviousRun(adv netip.AddrPort) error {
 	}
 	m.recorded = prev
 	if prev.IsValid() && prev != adv {
-		m.conflict.previous = prev
-		m.logger.Info("gossip: this node's address changed since its last run; news of the old one is ignored",
+		m.previous = prev
+		m.logger.Info("gossip: this node's address changed since its last run; announcing the new one",
 			"previous", prev.String(), "now", adv.String())
 	}
 	return nil
