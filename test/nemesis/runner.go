@@ -196,11 +196,15 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 	}
 	err = c.Heal("every agent running, network whole")
 	if listed != nil {
-		d, ok := listed()
-		if !ok && err == nil {
-			err = fmt.Errorf("nemesis: %s was not listed at its new address by every other agent within %v", victim.Name, d)
+		switch d, ok := listed(); {
+		case ok:
+			what += fmt.Sprintf("; listed at its new address by the others after %v", d.Round(time.Millisecond))
+		default:
+			what += fmt.Sprintf("; not listed at its new address by every other agent within %v", d)
+			if err == nil {
+				err = fmt.Errorf("nemesis: %s was not listed at its new address by every other agent within %v", victim.Name, d)
+			}
 		}
-		what += fmt.Sprintf("; listed at its new address by the others after %v", d.Round(time.Millisecond))
 	}
 	return what, err
 }
