@@ -93,10 +93,10 @@ func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (resp
 	}
 }
 
-// conn returns a pooled connection to addr, or a new one. At most one dial
-// to a peer runs at a time, and calls that find it running wait for it, or
-// for a connection of another call to come back to the pool, whichever
-// comes first. Its handshake is bounded by DialTimeout, not by the call
+// conn returns a pooled connection to addr, or a new one. One dial to a
+// peer runs at a time, unless its TCP connect is stale (staleConnect), and
+// calls that find it running wait for it, or for a connection of another
+// call to come back to the pool, whichever comes first. Its handshake is bounded by DialTimeout, not by the call
 // that started it, so a handshake that outlasts its call still leaves a
 // connection in the pool for the next. On an overloaded host, where
 // handshakes are slow, calls that each dialled and gave up at their own
@@ -144,25 +144,53 @@ type dialing struct {
 	// dial's address comes back to the pool while it runs; guarded by
 	// the transport's mu.
 	pooled chan struct{}
+	began  time.Time
+	// connected: its TCP connect is done (its handshake may still run).
+	connected atomic.Bool
+}
+
+// staleConnect is how long a dial's TCP connect may run before a call
+// that finds it starts a dial of its own (which then stands for the
+// address) instead of waiting for it. A connect that long has most likely
+// lost its SYN or the answer to a cut, and the kernel sends it again only
+// 1 s after the first, then 2 s after that: once the cut healed, every
+// call to the peer waited for that retry. In the fault harness a follower
+// asked its leader over a dial begun during a cut, and its questions
+// after the heal waited 850 ms for that dial to give up, connected in a
+// millisecond afterwards, and came too late: the follower had forgotten
+// its leader ("no leader" for 3-141 ms after heals with no fault on). A
+// connect over a slow link (round trips of seconds) is not stale, only
+// slow: it then costs at most one extra connect per staleConnect, each
+// bounded as every dial.
+const staleConnect = 250 * time.Millisecond
+
+// stale reports whether d's TCP connect has run longer than staleConnect.
+func (d *dialing) stale(now time.Time) bool {
+	return !d.connected.Load() && now.Sub(d.began) > staleConnect
 }
 
 // pendingDial returns the dial to addr in progress, starting one for the
-// call ctx if none is, and a channel closed when a connection to addr is
-// pooled meanwhile. The TCP connect is bounded by ctx as well as
-// DialTimeout: a peer that does not answer (down, or cut off by a
-// partition) is dialled afresh by the next call, as soon as it is back.
-// The handshake after it, the slow part on a loaded host, is bounded by
-// DialTimeout alone.
+// call ctx if none is, or if the one in progress is stale (staleConnect),
+// and a channel closed when a connection to addr is pooled meanwhile. The
+// TCP connect is bounded by ctx as well as DialTimeout: a peer that does
+// not answer (down, or cut off by a partition) is dialled afresh by the
+// next call, as soon as it is back. The handshake after it, the slow part
+// on a loaded host, is bounded by DialTimeout alone.
 func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, <-chan struct{}, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, nil, ErrClosed
 	}
-	if d := t.dialing[addr]; d != nil {
-		return d, d.pooled, nil
+	now := time.Now()
+	old := t.dialing[addr]
+	if old != nil && !old.stale(now) {
+		return old, old.pooled, nil
 	}
-	d := &dialing{done: make(chan struct{}), pooled: make(chan struct{})}
+	d := &dialing{done: make(chan struct{}), pooled: make(chan struct{}), began: now}
+	if old != nil {
+		d.pooled = old.pooled // the calls still waiting for old wake too
+	}
 	t.dialing[addr] = d
 	t.wg.Add(1)
 	go func() {
@@ -171,7 +199,7 @@ func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, <-c
 		dctx, cancel := context.WithTimeout(t.ctx, t.cfg.DialTimeout)
 		cctx, cancelConnect := context.WithCancel(dctx)
 		stop := context.AfterFunc(ctx, cancelConnect)
-		c, err := t.dial(cctx, dctx, addr)
+		c, err := t.dial(cctx, dctx, addr, &d.connected)
 		stop()
 		cancelConnect()
 		cancel()
@@ -180,7 +208,9 @@ func (t *Transport) pendingDial(ctx context.Context, addr string) (*dialing, <-c
 			t.release(c)
 		}
 		t.mu.Lock()
-		delete(t.dialing, addr)
+		if t.dialing[addr] == d {
+			delete(t.dialing, addr)
+		}
 		t.mu.Unlock()
 		d.err = err
 		close(d.done)
@@ -216,8 +246,9 @@ const (
 )
 
 // dial opens a new connection to addr, the connect bounded by connectCtx
-// and the handshake by ctx, and starts its reader.
-func (t *Transport) dial(connectCtx, ctx context.Context, addr string) (*clientConn, error) {
+// and the handshake by ctx, and starts its reader. It sets connected once
+// the TCP connect is done.
+func (t *Transport) dial(connectCtx, ctx context.Context, addr string, connected *atomic.Bool) (*clientConn, error) {
 	var d net.Dialer
 	t.dialed.Add(1)
 	// Taken before the connect: the serving side accepts after it ends,
@@ -230,6 +261,7 @@ func (t *Transport) dial(connectCtx, ctx context.Context, addr string) (*clientC
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
+	connected.Store(true)
 	conn, err := t.wrapClient(ctx, raw, addr)
 	if err != nil {
 		raw.Close()

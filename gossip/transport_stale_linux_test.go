@@ -1,0 +1,111 @@
+//go:build linux
+
+package gossip
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestStaleConnectDoesNotHoldLaterCalls: a call that finds a dial to its
+// peer whose TCP connect has run past staleConnect (its SYN lost to a cut,
+// the kernel's retry a second away) dials afresh instead of waiting for
+// it, so once the cut heals the peer is reached at once. The cut here is
+// a listener whose accept queue is full (the kernel drops new SYNs, as a
+// partition does); the heal drains it. Before, the later call joined the
+// first dial and waited for its retry: one dial in all.
+func TestStaleConnectDoesNotHoldLaterCalls(t *testing.T) {
+	ln := listenBacklog0(t)
+	addr := ln.Addr().String()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break // the queue is full: this SYN was dropped
+		}
+		held = append(held, c)
+		if len(held) > 16 {
+			t.Skip("the listener's accept queue never filled")
+		}
+	}
+	tr := listen(t, TransportConfig{})
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := tr.conn(ctx, addr)
+		if err == nil {
+			tr.release(c)
+		}
+		first <- err
+	}()
+	time.Sleep(staleConnect + 150*time.Millisecond)
+	var mu sync.Mutex
+	var accepted []net.Conn
+	go func() { // the heal: the queue drains, and new SYNs are taken
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range accepted {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := tr.conn(ctx, addr)
+	if err != nil {
+		t.Fatalf("the call after the heal: %v", err)
+	}
+	tr.release(c)
+	if n := tr.Dialed(); n != 2 {
+		t.Fatalf("%d dials for two calls, the first stale when the second came; want 2 (the second must not wait for the first)", n)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+}
+
+// listenBacklog0 listens on a loopback port with an accept queue of one
+// connection, closed when the test ends.
+func listenBacklog0(t *testing.T) net.Listener {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.FileListener(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
