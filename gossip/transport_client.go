@@ -96,9 +96,10 @@ func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (resp
 // conn returns a pooled connection to addr, or a new one. One dial to a
 // peer runs at a time, unless its TCP connect is stale (staleConnect), and
 // calls that find it running wait for it, or for a connection of another
-// call to come back to the pool, whichever comes first. Its handshake is bounded by DialTimeout, not by the call
-// that started it, so a handshake that outlasts its call still leaves a
-// connection in the pool for the next. On an overloaded host, where
+// call to come back to the pool, whichever comes first. Its handshake is
+// bounded by DialTimeout, not by the call that started it, so a handshake
+// that outlasts its call still leaves a connection in the pool for the
+// next. On an overloaded host, where
 // handshakes are slow, calls that each dialled and gave up at their own
 // deadline wasted every handshake they started and started more. On a
 // slow link (one-way delays of 1.5 s), where handshakes outlast
