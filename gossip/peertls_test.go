@@ -258,6 +258,21 @@ func TestKeyedTLSHandshakeDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	acceptAndHold(t, ln)
+	ck := newKeyed(t, key)
+	ck.HandshakeTimeout = 200 * time.Millisecond
+	mute := listen(t, TransportConfig{Wrap: ck, CallTimeout: 5 * time.Second})
+	start = time.Now()
+	_, err = mute.Call(context.Background(), ln.Addr().String(), []byte("x"))
+	wantAuthFailure(t, err)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("client handshake with a mute server took %v", d)
+	}
+}
+
+// acceptAndHold accepts every connection to ln and holds it, saying
+// nothing, until the test ends; then it closes ln and them.
+func acceptAndHold(t *testing.T, ln net.Listener) {
 	var held []net.Conn
 	var mu sync.Mutex
 	var acceptor sync.WaitGroup
@@ -279,15 +294,6 @@ func TestKeyedTLSHandshakeDeadline(t *testing.T) {
 			c.Close()
 		}
 	})
-	ck := newKeyed(t, key)
-	ck.HandshakeTimeout = 200 * time.Millisecond
-	mute := listen(t, TransportConfig{Wrap: ck, CallTimeout: 5 * time.Second})
-	start = time.Now()
-	_, err = mute.Call(context.Background(), ln.Addr().String(), []byte("x"))
-	wantAuthFailure(t, err)
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("client handshake with a mute server took %v", d)
-	}
 }
 
 // recordingConn keeps a copy of every byte written to it.

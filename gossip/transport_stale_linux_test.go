@@ -6,7 +6,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,27 +49,7 @@ func TestStaleConnectDoesNotHoldLaterCalls(t *testing.T) {
 		first <- err
 	}()
 	time.Sleep(staleConnect + 150*time.Millisecond)
-	var mu sync.Mutex
-	var accepted []net.Conn
-	go func() { // the heal: the queue drains, and new SYNs are taken
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range accepted {
-			c.Close()
-		}
-	}()
+	acceptAndHold(t, ln) // the heal: the queue drains, and new SYNs are taken
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := tr.conn(ctx, addr)
