@@ -93,9 +93,9 @@ func (c *core) promiseView(now time.Time) *promiseView {
 // still fresh put it.
 func (c *core) watchLease(now time.Time) {
 	w := &c.watch
+	since, froze := c.ownFreeze(now)
 	l, term, ok := c.m.NextInLine(now)
 	if !ok || !c.quorumMode() || c.roster().IsZero() {
-		c.ticked = now
 		if w.term != 0 {
 			*w = leaseWatch{}
 			c.m.LeaseEnds(now, bully.Node{}, 0, time.Time{})
@@ -105,7 +105,7 @@ func (c *core) watchLease(now time.Time) {
 	if w.leader != l || w.term != term {
 		*w = leaseWatch{leader: l, term: term, next: now, seen: map[string]sighting{}}
 	}
-	if since, ok := c.ownFreeze(now); ok {
+	if froze {
 		c.forgetAnswers(now, since)
 	}
 	if c.grants != nil {

@@ -49,11 +49,16 @@ func (m *Membership) announceNewAddress(start time.Time) {
 				m.logger.Debug("gossip: stopped announcing this node's new address", "after", now.Sub(start))
 				return
 			}
-			if peer, ok := m.randomLivePeer(nil); ok {
-				if addr, ok := memberAddr(peer); ok {
-					m.greet(peer.Name, addr.String())
-				}
-			}
+			m.greetRandomPeer()
+		}
+	}
+}
+
+// greetRandomPeer exchanges state with a random live member.
+func (m *Membership) greetRandomPeer() {
+	if peer, ok := m.randomLivePeer(nil); ok {
+		if addr, ok := memberAddr(peer); ok {
+			m.greet(peer.Name, addr.String())
 		}
 	}
 }
@@ -95,11 +100,7 @@ func (m *Membership) checkClaims() {
 			}
 			m.logger.Warn("gossip: another node answers under this node's name; serf resolves the conflict, and one of the two stops",
 				"other", at.String(), "this", m.conflict.self.String())
-			if peer, ok := m.randomLivePeer(nil); ok {
-				if addr, ok := memberAddr(peer); ok {
-					m.greet(peer.Name, addr.String())
-				}
-			}
+			m.greetRandomPeer()
 		}
 	}
 }
