@@ -4,11 +4,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/internal/testwait"
 )
 
@@ -20,46 +20,28 @@ func TestMain(m *testing.M) {
 	testwait.VerifyTestMain(m)
 }
 
-// logSink writes log lines to t.Log until the test ends, and counts lines
-// containing given substrings.
-type logSink struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
+// counter counts log lines containing given substrings.
+type counter map[string]*atomic.Int64
 
-	counters map[string]*atomic.Int64
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\n")
-	for sub, c := range s.counters {
-		if strings.Contains(line, sub) {
-			c.Add(1)
+func (c counter) Write(p []byte) (int, error) {
+	for sub, n := range c {
+		if strings.Contains(string(p), sub) {
+			n.Add(1)
 		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.done {
-		s.t.Log(line)
 	}
 	return len(p), nil
 }
 
-// testLogger returns a logger that writes to t.Log and stops when the test
-// ends (goroutines that stop a moment after Shutdown may still log). Lines
-// containing each of count are counted in the returned map.
+// testLogger returns a logger that writes to t.Log until the test ends
+// (testlog.New: goroutines that stop a moment after Shutdown may still
+// log). Lines containing each of count are counted in the returned map.
 func testLogger(t testing.TB, count ...string) (*slog.Logger, map[string]*atomic.Int64) {
-	s := &logSink{t: t, counters: make(map[string]*atomic.Int64)}
-	for _, c := range count {
-		s.counters[c] = new(atomic.Int64)
+	c := make(counter)
+	for _, sub := range count {
+		c[sub] = new(atomic.Int64)
 	}
-	t.Cleanup(func() { // registered first, so it runs after every other cleanup
-		s.mu.Lock()
-		s.done = true
-		s.mu.Unlock()
-	})
-	h := slog.NewTextHandler(s, &slog.HandlerOptions{Level: slog.LevelDebug})
-	return slog.New(h), s.counters
+	counting := slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return slog.New(slog.NewMultiHandler(testlog.New(t, "").Handler(), counting)), c
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.

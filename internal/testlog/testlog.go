@@ -11,19 +11,37 @@ import (
 )
 
 // New returns a debug-level text logger writing to t.Log; prefix (may be
-// empty) starts every line.
+// empty) starts every line. Lines logged after the test's cleanups have
+// run are dropped: testing panics on a t.Log after the test completed, and
+// goroutines outside our control log late (memberlist's probe of a node
+// finishes its wait after Shutdown has returned).
 func New(t testing.TB, prefix string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(writer{t: t, prefix: prefix}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &writer{t: t, prefix: prefix}
+	t.Cleanup(w.close) // runs after the cleanups registered later, which stop the code under test
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 type writer struct {
 	t      testing.TB
 	prefix string
+
+	mu   sync.Mutex
+	done bool
 }
 
-func (w writer) Write(p []byte) (int, error) {
-	w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+func (w *writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
+}
+
+func (w *writer) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
 }
 
 // Seed derives a seed from the test's name (FNV-1a), so a randomized test
