@@ -41,6 +41,7 @@ type core struct {
 	reach  reach                 // whether the peer transport reaches a majority
 	watch  leaseWatch            // the natural successor's watch of the leader's lease
 	ticked time.Time             // the last tick, to tell a freeze of this node (ownFreeze)
+	woke   time.Time             // the first tick after this node's last freeze
 	peers  peerBook              // peer addresses and failures, for reasons (core_reasons.go)
 	rtt    roundTrips            // how long peers take to answer, for the election
 	jumps  jumpReport            // refused epoch jumps, for the log

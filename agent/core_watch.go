@@ -143,13 +143,33 @@ func (c *core) watchLease(now time.Time) {
 
 // ownFreeze reports whether this node was frozen (a long GC pause, a
 // stopped VM or process) since its last tick, and when that tick was: its
-// ticks stopped for more than twice the longest the driver sleeps, and
-// more than half a renewal interval. It records now as the last tick.
+// ticks stopped for longer than freezeGap. It records now as the last
+// tick, and as the wake-up when it was.
 func (c *core) ownFreeze(now time.Time) (time.Time, bool) {
 	last := c.ticked
 	c.ticked = now
-	gap := max(2*c.cfg.IdleTick, c.cfg.Lease.RenewInterval()/2)
-	return last, !last.IsZero() && now.Sub(last) > gap
+	froze := !last.IsZero() && now.Sub(last) > c.freezeGap()
+	if froze {
+		c.woke = now
+	}
+	return last, froze
+}
+
+// freezeGap is the longest this node's ticks may stop without it being
+// taken for frozen: twice the longest the driver sleeps, and at least
+// half a renewal interval.
+func (c *core) freezeGap() time.Duration {
+	return max(2*c.cfg.IdleTick, c.cfg.Lease.RenewInterval()/2)
+}
+
+// spansOwnFreeze reports whether a peer call answered at now after took
+// was in flight while this node was frozen: sent before the last wake-up,
+// or answered while the driver has not ticked for longer than freezeGap
+// (a wake-up its next tick will find). Its round trip then counts the
+// freeze.
+func (c *core) spansOwnFreeze(now time.Time, took time.Duration) bool {
+	stalled := !c.ticked.IsZero() && now.Sub(c.ticked) > c.freezeGap()
+	return stalled || now.Add(-took).Before(c.woke)
 }
 
 // forgetAnswers drops from the end the answers the watch had before this

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/bully"
+	"github.com/tenurehq/tenure/internal/testlog"
 	"github.com/tenurehq/tenure/leasing"
 )
 
@@ -75,6 +77,53 @@ func TestPeerWait(t *testing.T) {
 			}
 			if got := c.peerWait(now).Round(ms); got != tc.want {
 				t.Fatalf("peerWait = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOwnFreezeIsNoRoundTrip: a node frozen for 1-1.5 s (the leader, with
+// renewals in flight, or the node next in line, with its queries) wakes
+// with the round-trip estimate it had, give or take the samples since:
+// the answers its kernel held through the freeze are not taken for slow
+// peers. Counted, they raised the estimate to 1.4-3.8 s in 9 of the 100
+// runs, leader's and watcher's (the simulation's round trips are 50-110
+// ms).
+func TestOwnFreezeIsNoRoundTrip(t *testing.T) {
+	for i := range 100 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s := newCsim(t, testlog.Seed(t))
+			s.ttl = 2 * time.Second
+			s.addNodes(5)
+			l, _ := s.waitLeader(10 * time.Second)
+			s.run(3*s.ttl + time.Duration(s.rand.Int64N(int64(s.ttl))))
+			name := l
+			if i%2 == 1 {
+				name = ""
+				for _, o := range s.othersThan(l) {
+					if s.nodes[o].c.watch.term != 0 {
+						name = o
+					}
+				}
+				if name == "" {
+					t.Fatalf("no node watches %s's lease\n%s", l, s.dump())
+				}
+			}
+			n := s.nodes[name]
+			before := n.c.rtt.timeout(s.local(n, s.now))
+			if before > 300*time.Millisecond {
+				t.Fatalf("%s's estimate before the freeze: %v, want the simulation's round trips", name, before)
+			}
+			frozen := time.Second + time.Duration(s.rand.Int64N(int64(500*time.Millisecond)))
+			n.paused = true
+			s.run(frozen)
+			n.paused = false
+			wake := s.now
+			for end := wake.Add(time.Second); s.now.Before(end); s.tick() {
+				if got := n.c.rtt.timeout(s.local(n, s.now)); got > 600*time.Millisecond {
+					t.Fatalf("%s's round-trip estimate %v after a freeze of %v: %v (before: %v)",
+						name, s.now.Sub(wake), frozen, got, before)
+				}
 			}
 		})
 	}
