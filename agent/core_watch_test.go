@@ -445,6 +445,19 @@ func TestWatchersOwnFreezeKeepsTheTerm(t *testing.T) {
 	}
 }
 
+// watcher is the node that watches leader l's lease; it fails the test
+// when none does.
+func (s *csim) watcher(l string) string {
+	s.t.Helper()
+	for _, name := range s.othersThan(l) {
+		if s.nodes[name].c.watch.term != 0 {
+			return name
+		}
+	}
+	s.t.Fatalf("no node watches %s's lease\n%s", l, s.dump())
+	return ""
+}
+
 // watchersFreeze is one run of TestWatchersOwnFreezeKeepsTheTerm.
 func watchersFreeze(t *testing.T, ttl time.Duration) {
 	s := newCsim(t, testlog.Seed(t))
@@ -453,15 +466,7 @@ func watchersFreeze(t *testing.T, ttl time.Duration) {
 	l, _ := s.waitLeader(10 * time.Second)
 	term := s.nodes[l].led[len(s.nodes[l].led)-1]
 	s.run(2*s.ttl + time.Duration(s.rand.Int64N(int64(s.ttl))))
-	w := ""
-	for _, name := range s.othersThan(l) {
-		if s.nodes[name].c.watch.term != 0 {
-			w = name
-		}
-	}
-	if w == "" {
-		t.Fatalf("no node watches %s's lease\n%s", l, s.dump())
-	}
+	w := s.watcher(l)
 	n := s.nodes[w]
 	n.paused = true
 	frozen := time.Duration(s.ttl/20) + time.Duration(s.rand.Int64N(int64(s.ttl)))

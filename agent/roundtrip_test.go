@@ -99,15 +99,7 @@ func TestOwnFreezeIsNoRoundTrip(t *testing.T) {
 			s.run(3*s.ttl + time.Duration(s.rand.Int64N(int64(s.ttl))))
 			name := l
 			if i%2 == 1 {
-				name = ""
-				for _, o := range s.othersThan(l) {
-					if s.nodes[o].c.watch.term != 0 {
-						name = o
-					}
-				}
-				if name == "" {
-					t.Fatalf("no node watches %s's lease\n%s", l, s.dump())
-				}
+				name = s.watcher(l)
 			}
 			n := s.nodes[name]
 			before := n.c.rtt.timeout(s.local(n, s.now))
