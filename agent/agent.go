@@ -26,15 +26,18 @@ import (
 
 // Agent is one running tenure agent.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	epochs  *leasing.EpochStore
-	grants  *leasing.VoterStore
-	rosters *leasing.RosterStore
-	pledges *leasing.RosterStore
-	events  *broadcaster
-	counts  counters
-	book    addrBook // peer addresses by member name
+	cfg    Config
+	log    *slog.Logger
+	epochs *leasing.EpochStore
+	grants *leasing.VoterStore
+	// instance is this process's, previous the one that ran on the data
+	// dir before it (openInstance).
+	instance, previous uint64
+	rosters            *leasing.RosterStore
+	pledges            *leasing.RosterStore
+	events             *broadcaster
+	counts             counters
+	book               addrBook // peer addresses by member name
 
 	// Lock sessions of socket clients (named.go), the driver's; session
 	// IDs start from the start time so a restart does not reuse them.
@@ -197,6 +200,7 @@ func (a *Agent) openDataDir() error {
 	if a.pledges, err = leasing.OpenRosterStore(path(bootstrapFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	a.openInstance()
 	return a.loadDrained()
 }
 
@@ -233,6 +237,8 @@ func (a *Agent) startCore() error {
 		Zone:         a.cfg.Zone,
 		PromoteAfter: a.cfg.PromoteAfter,
 		IdleTick:     idleTickFactor * a.cfg.TickInterval,
+		Instance:     a.instance,
+		Previous:     a.previous,
 	}
 	switch d := a.cfg.DeadVoterTimeout; {
 	case d == 0:

@@ -97,6 +97,9 @@ type coreConfig struct {
 	// (idleTickFactor ticks): a longer gap is a freeze of this node
 	// (ownFreeze).
 	IdleTick time.Duration
+	// Instance and Previous name this agent process and the one that ran
+	// on its data dir before it (leasing.Request.Instance).
+	Instance, Previous uint64
 	// Count, if set, is told of each lease event by name, for metrics:
 	// "lease.acquired", "lease.acquire_failed", "lease.renewed",
 	// "lease.renew_failed", "lease.expired".

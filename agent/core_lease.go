@@ -61,6 +61,7 @@ func (c *core) startRound(now time.Time, kind leasing.Kind, epoch uint64, r leas
 	c.rounds.current = leasing.NewRound(c.rounds.seq, kind, epoch, r, now, budget)
 	c.rounds.grants.begin(epoch, r)
 	req := c.rounds.current.Request(toLeasing(c.cfg.Self), c.cfg.Lease.TTL)
+	req.Instance, req.Previous = c.cfg.Instance, c.cfg.Previous
 	if kind == leasing.Acquire {
 		req.Relayed = c.relayFor(now, epoch)
 	}
@@ -527,7 +528,8 @@ func (c *core) relayFor(now time.Time, epoch uint64) *leasing.Released {
 // releaseRequest is this node's release of epoch, under roster r.
 func (c *core) releaseRequest(epoch uint64, r leasing.Roster) leasing.Request {
 	return leasing.Request{Kind: leasing.Release, Candidate: toLeasing(c.cfg.Self), Epoch: epoch,
-		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch}
+		ClusterID: r.ClusterID, RosterVersion: r.Version, RosterEpoch: r.Epoch,
+		Instance: c.cfg.Instance, Previous: c.cfg.Previous}
 }
 
 // leading reports whether the machine is in the leader state.

@@ -158,6 +158,9 @@ func (c *core) listSilent(now time.Time, silent []leasing.Node) string {
 func listRefused(refused []leasing.Refusal) string {
 	return joinBounded(len(refused), ", ", func(i int) string {
 		r := refused[i]
+		if r.Reason == leasing.ReasonOtherInstance {
+			return fmt.Sprintf("%s (promised to another agent named %s)", r.Voter.Name, r.Holder.Name)
+		}
 		if r.Reason == leasing.ReasonPromised && r.Holder.Name != "" {
 			return fmt.Sprintf("%s (%s to %s)", r.Voter.Name, r.Reason, r.Holder.Name)
 		}
@@ -204,6 +207,12 @@ func (c *core) describeRound(now time.Time, rd *leasing.Round) string {
 // the reason when it differs from the last one logged.
 func (c *core) acquireFailed(now time.Time, rd *leasing.Round) {
 	c.rounds.noQuorum = "no quorum: " + c.describeRound(now, rd)
+	if _, twin := rd.Refusals()[leasing.ReasonOtherInstance]; twin && !c.warned["instance"] {
+		c.warned["instance"] = true
+		c.log.Warn("voters promise this node's name to another agent process: another agent runs with this name and ID, "+
+			"or this node restarted without the data dir of its previous run and waits for that run's promise to end",
+			"name", c.cfg.Self.Name, "id", c.cfg.Self.ID)
+	}
 	if c.rounds.noQuorum != c.peers.logged {
 		c.peers.logged = c.rounds.noQuorum
 		c.log.Info("lease not acquired", "epoch", rd.Epoch, "reason", c.rounds.noQuorum)

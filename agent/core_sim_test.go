@@ -111,6 +111,7 @@ type cnode struct {
 		life   int // the boot in which it was given
 	}
 	boots      int            // how often it has started
+	instance   uint64         // its agent process's, as its data dir names it
 	advertised leasing.Roster // the roster its gossip tags name
 	run        runner         // its tenure run supervisor
 	c          *core
@@ -302,7 +303,13 @@ func (s *csim) startCore(name string, expect int) {
 		return nil
 	}
 	st := coreStores{epochs: n.epochs, grants: n.grants, rosters: n.rosters, pledges: n.pledges, probe: probe}
-	c, err := newCore(s.config(n, expect), st, s.logger(name), s.local(n, s.now))
+	cfg := s.config(n, expect)
+	// Its agent process: a new instance each boot, after the previous
+	// one unless the disk was lost since (Agent.openInstance). Not drawn
+	// from s.rand, so that every recorded seed keeps its schedule.
+	cfg.Previous = n.instance
+	cfg.Instance = n.id<<32 | uint64(n.boots+1)
+	c, err := newCore(cfg, st, s.logger(name), s.local(n, s.now))
 	if errors.Is(err, errDisk) {
 		n.up = false // the agent refuses to start on a failing disk
 		return
@@ -311,6 +318,7 @@ func (s *csim) startCore(name string, expect int) {
 		s.t.Fatal(err)
 	}
 	n.c, n.up, n.paused = c, true, false
+	n.instance = cfg.Instance
 	n.boots++
 }
 
@@ -355,7 +363,7 @@ func (s *csim) crash(name string) {
 func (s *csim) wipe(name string) {
 	n := s.nodes[name]
 	n.epochs, n.grants, n.rosters, n.pledges = &memStore{}, &memStore{}, &memRoster{}, &memRoster{}
-	n.granted, n.wiped = 0, true
+	n.granted, n.wiped, n.instance = 0, true, 0
 }
 
 func (s *csim) reach(a, b string) bool {

@@ -27,6 +27,7 @@ const (
 	// addrFile holds the gossip address the node advertised in its last
 	// run (gossip.Config.AddrFile).
 	addrFile = "gossip-addr"
+	// instanceFile (instance.go) names the agent process that last ran.
 )
 
 // preflight checks, before anything is opened, that the agent's state files
@@ -82,7 +83,7 @@ func checkKeyringFile(path string, key []byte) error {
 // in its data dir, and the keyring file wherever it is.
 func (c Config) stateFiles() []string {
 	var paths []string
-	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile} {
+	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile, instanceFile} {
 		paths = append(paths, filepath.Join(c.DataDir, name))
 	}
 	if c.KeyringFile != "" {

@@ -472,3 +472,50 @@ func TestRelayedReleaseFreesThePromise(t *testing.T) {
 		t.Errorf("standing reports the release of %v epoch %d, want s's of epoch 6", st.Released, st.ReleasedEpoch)
 	}
 }
+
+// TestVoterRefusesAnotherInstance: a voter promising a node's name and ID
+// to one agent process refuses another process with that name and ID
+// (two agents given one name) until the promise ends, for an acquire, a
+// renewal and a release alike, and a release it refuses leaves the
+// holder's renewals granted; a restart that names the holder's process
+// as its Previous, a request naming no process (an older agent) and the
+// same process's next term are granted as before.
+func TestVoterRefusesAnotherInstance(t *testing.T) {
+	x := Node{3, "x"}
+	r := Bootstrap([]Node{x, {1, "a"}, {2, "b"}})
+	t0 := time.Unix(0, 0)
+	ttl := time.Second
+	req := func(k Kind, e, instance, previous uint64) Request {
+		return Request{Kind: k, Candidate: x, Epoch: e, TTL: ttl, ClusterID: r.ClusterID, RosterVersion: r.Version,
+			Instance: instance, Previous: previous}
+	}
+	steps := []struct {
+		at     time.Duration
+		req    Request
+		grant  bool
+		reason Reason
+	}{
+		{0, req(Acquire, 1, 11, 0), true, ""},
+		{10, req(Acquire, 2, 22, 0), false, ReasonOtherInstance}, // x's twin
+		{20, req(Acquire, 2, 22, 7), false, ReasonOtherInstance}, // after another run than 11
+		{30, req(Renew, 2, 22, 0), false, ReasonOtherInstance},   // nor joins as a renewal
+		{40, req(Release, 2, 22, 0), true, ""},                   // a release is always answered...
+		{50, req(Renew, 1, 11, 0), true, ""},                     // ...but this one changed nothing
+		{60, req(Acquire, 2, 11, 0), true, ""},                   // the holder's own next term
+		{70, req(Acquire, 3, 33, 11), true, ""},                  // a restart on 11's data dir
+		{80, req(Acquire, 4, 0, 0), true, ""},                    // an older agent: any instance
+		{90, req(Acquire, 5, 44, 0), true, ""},                   // the promise names no instance
+		{2000, req(Acquire, 6, 55, 0), true, ""},                 // 44's promise has ended
+		{2010, req(Renew, 6, 44, 0), false, ReasonOtherInstance}, // 44's late renewal
+		{2020, req(Release, 6, 44, 0), true, ""},                 // 44's late release...
+		{2030, req(Renew, 6, 55, 0), true, ""},                   // ...leaves 55's term
+	}
+	vt := NewVoter(Node{1, "a"}, &memGrants{}, t0, VoterConfig{TTL: ttl, MaxTTL: 3 * ttl})
+	for i, st := range steps {
+		rep := vt.Handle(t0.Add(st.at*time.Millisecond), st.req, r)
+		if rep.Granted != st.grant || rep.Reason != st.reason {
+			t.Fatalf("step %d: %v epoch %d from instance %d (previous %d): granted=%v reason=%q, want %v %q",
+				i, st.req.Kind, st.req.Epoch, st.req.Instance, st.req.Previous, rep.Granted, rep.Reason, st.grant, st.reason)
+		}
+	}
+}

@@ -51,6 +51,17 @@ type Request struct {
 	// the release along makes that order impossible. Any other field of
 	// the request does not apply to it.
 	Relayed *Released `msgpack:"relayed,omitempty"`
+	// Instance is the candidate's agent process: a random number it drew
+	// at its start. Previous is the instance of the agent that ran on the
+	// candidate's data dir before it, zero when none is known. A voter
+	// promising the candidate's name to one instance refuses another
+	// (ReasonOtherInstance) until that promise ends, unless the request
+	// names that instance as its Previous (a restart on the same data
+	// dir): two agents given one name and ID, each with a data dir of its
+	// own, then never both hold a lease, whatever the network between
+	// them. Zero (an older agent) is taken for any instance.
+	Instance uint64 `msgpack:"instance,omitempty"`
+	Previous uint64 `msgpack:"previous,omitempty"`
 }
 
 // Released names a term its holder released: a release relayed by another
@@ -75,6 +86,11 @@ type Reason string
 const (
 	// ReasonPromised: the voter holds an unexpired promise to another node.
 	ReasonPromised Reason = "promised"
+	// ReasonOtherInstance: the voter holds an unexpired promise to another
+	// agent process with the candidate's name and ID (Request.Instance):
+	// two agents share a name, or the candidate restarted with its data
+	// dir lost and waits for its earlier run's promise to end.
+	ReasonOtherInstance Reason = "other-instance"
 	// ReasonStaleEpoch: the epoch is not above the highest the voter granted.
 	ReasonStaleEpoch Reason = "stale-epoch"
 	// ReasonRestarting: the voter started less than one TTL ago and may have

@@ -38,8 +38,8 @@ func countSet(set []Node, granted func(Node) bool) Quorum {
 type Refusal struct {
 	Voter  Node
 	Reason Reason
-	// Holder is whom the voter had promised, for ReasonPromised (zero when
-	// the voter did not say).
+	// Holder is whom the voter had promised, for ReasonPromised and
+	// ReasonOtherInstance (zero when the voter did not say).
 	Holder Node
 }
 

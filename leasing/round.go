@@ -90,7 +90,7 @@ func (r *Round) Add(rep Reply) (granted bool) {
 	}
 	r.refusals[rep.Reason]++
 	r.reasons[rep.Voter.Name] = rep.Reason
-	if rep.Reason == ReasonPromised {
+	if rep.Reason == ReasonPromised || rep.Reason == ReasonOtherInstance {
 		r.maxWait = max(r.maxWait, r.promiseWait(rep))
 		r.holderOf[rep.Voter.Name] = rep.Holder
 	}

@@ -46,6 +46,9 @@ type Voter struct {
 	expiry  time.Time
 	granted time.Time // when the holder's last request was granted
 	renewed bool      // the holder's last granted request was a renewal
+	// instance is the holder's agent process (Request.Instance), zero
+	// when its requests named none.
+	instance uint64
 	// released is, by holder, the highest term it released: a renewal of
 	// it that arrives late (reordered after the release) is refused, so a
 	// resigned leader is not promised again. It remembers at most
@@ -89,7 +92,7 @@ func NewVoter(self Node, store GrantStore, now time.Time, cfg VoterConfig) *Vote
 // acquire's relayed release (Request.Relayed) is applied first.
 func (v *Voter) Handle(now time.Time, req Request, r Roster) Reply {
 	if rel := req.Relayed; rel != nil && req.Kind == Acquire && rel.Valid() {
-		v.release(rel.Request())
+		v.release(now, rel.Request())
 	}
 	rep := v.decide(now, req, r)
 	rep.Seq, rep.Epoch = req.Seq, req.Epoch
@@ -98,7 +101,7 @@ func (v *Voter) Handle(now time.Time, req Request, r Roster) Reply {
 
 func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	if req.Kind == Release {
-		v.release(req)
+		v.release(now, req)
 		return v.reply(now, true, "")
 	}
 	if reason, roster := v.check(now, req, r); reason != "" {
@@ -115,6 +118,7 @@ func (v *Voter) decide(now time.Time, req Request, r Roster) Reply {
 	}
 	v.storeErr = nil
 	v.holder, v.epoch, v.expiry, v.granted = req.Candidate, req.Epoch, now.Add(req.TTL), now
+	v.instance = req.Instance
 	v.lastHolder = req.Candidate
 	v.renewed = req.Kind == Renew
 	rep := v.reply(now, true, "")
@@ -137,6 +141,8 @@ func (v *Voter) check(now time.Time, req Request, r Roster) (Reason, *Roster) {
 		return ReasonRestarting, nil
 	case v.promisedElsewhere(now, req.Candidate):
 		return ReasonPromised, nil
+	case v.promisedOtherInstance(now, req):
+		return ReasonOtherInstance, nil
 	case req.Kind == Renew && req.Epoch <= v.released[req.Candidate]:
 		return ReasonStaleEpoch, nil // a late renewal of a released term
 	case req.Kind == Renew && req.Candidate == v.holder && req.Epoch < v.epoch:
@@ -176,8 +182,27 @@ func (v *Voter) promisedElsewhere(now time.Time, c Node) bool {
 	return !v.holder.IsZero() && v.holder != c && now.Before(v.expiry)
 }
 
+// promisedOtherInstance reports whether the voter promises req's
+// candidate as another agent process (Request.Instance) than the one that
+// sent req, and req does not name that process as its Previous. Without
+// it, an agent given another's name and ID (a host cloned with its
+// hostname), cut off from the other's gossip so that serf's resolution of
+// the name never stopped either, took the term from it as the same
+// holder at the next epoch, each twin then took it back, and both led at
+// once for most of the time (cmd/tenure: TestTwinsNeverLeadTogether).
+func (v *Voter) promisedOtherInstance(now time.Time, req Request) bool {
+	return v.holder == req.Candidate && now.Before(v.expiry) &&
+		v.instance != 0 && req.Instance != 0 && req.Instance != v.instance && req.Previous != v.instance
+}
+
 // release drops the promise if req comes from its holder for its epoch.
-func (v *Voter) release(req Request) {
+// A release from another process of the holder's name (an acquire it
+// gave up: promisedOtherInstance) changes nothing, not even the released
+// terms, which would refuse the holder's renewals.
+func (v *Voter) release(now time.Time, req Request) {
+	if v.promisedOtherInstance(now, req) {
+		return
+	}
 	if v.holder == req.Candidate && v.epoch == req.Epoch {
 		v.holder, v.epoch, v.expiry, v.granted = Node{}, 0, time.Time{}, time.Time{}
 	}

@@ -73,6 +73,14 @@ func (f *fleet) start(i int, extra ...string) {
 	f.startWith(i, append(join, extra...)...)
 }
 
+// bootstrap starts the agents of the first n hosts, expecting n voters.
+func (f *fleet) bootstrap(n int) {
+	f.t.Helper()
+	for i := range n {
+		f.start(i, "--expect", fmt.Sprint(n))
+	}
+}
+
 // startWith starts host i's agent with extra flags and no --join of its
 // own: a restarted agent so started comes back by its gossip snapshot.
 func (f *fleet) startWith(i int, extra ...string) {
@@ -222,9 +230,7 @@ func TestGracefulStopOfTwoVotersInNamespaces(t *testing.T) {
 	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 3)
 	defer f.dumpLogs()
-	for i := range 3 {
-		f.start(i, "--expect", "3")
-	}
+	f.bootstrap(3)
 	waitNamespaceLeader(t, f.socket(1), 20*time.Second)
 	f.waitFor(20*time.Second, "h3 leads", func() string {
 		if st, err := f.status(1); err != nil || st.Leader == nil || st.Leader.Node != "h3" {
@@ -462,9 +468,7 @@ func TestDrainAndTransferMoveRunOnceInNamespaces(t *testing.T) {
 	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 3)
 	defer f.dumpLogs()
-	for i := range 3 {
-		f.start(i, "--expect", "3")
-	}
+	f.bootstrap(3)
 	journal := filepath.Join(f.dir, "journal")
 	f.runEverywhere(journal)
 	expect := func(what string, want []string) {
