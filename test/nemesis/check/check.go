@@ -104,7 +104,7 @@ func check(run *Run, opt Options) (*Report, linearization) {
 		Liveness:  waits,
 		Faults:    spans,
 		HandOvers: hand,
-		Blips:     Blips(run.Views, run.Events),
+		Blips:     Blips(run.Views, iv, run.Events),
 		Stale:     StaleViews(run.Views, iv, run.Events, end, MinStale),
 		Stalls:    eventsOf(run.Events, EventStall),
 		Counts:    runCounts(run),

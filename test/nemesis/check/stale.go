@@ -29,17 +29,23 @@ type Stale struct {
 	Faulted bool `json:"faulted,omitempty"`
 }
 
+// termEnds is, for each term with an interval in iv, the end of its last.
+func termEnds(iv []Interval) map[term]int64 {
+	ends := map[term]int64{}
+	for _, in := range iv {
+		k := term{in.Node, in.Epoch}
+		ends[k] = max(ends[k], in.End)
+	}
+	return ends
+}
+
 // StaleViews finds, in views (sorted by T), every stretch in which a node
 // named another node's term after it had ended, from the intervals iv;
 // a stretch ends at the node's next view, at a kill, stop, pause or
 // start of its agent (events, sorted by T), or at the run's end. Terms
 // with no interval, and stretches shorter than minStale, are left out.
 func StaleViews(views []View, iv []Interval, events []Event, end int64, minStale time.Duration) []Stale {
-	termEnd := map[term]int64{}
-	for _, in := range iv {
-		k := term{in.Node, in.Epoch}
-		termEnd[k] = max(termEnd[k], in.End)
-	}
+	termEnd := termEnds(iv)
 	byNode := map[string][]View{}
 	for _, v := range views {
 		byNode[v.Node] = append(byNode[v.Node], v)

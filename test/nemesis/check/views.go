@@ -116,8 +116,15 @@ type Blip struct {
 
 // Blips finds every blip in views (sorted by T). events tells restarts
 // (a start, kill or stop of the node after its report of the leader before
-// the no-leader event, up to the leader's return) and faults apart.
-func Blips(views []View, events []Event) []Blip {
+// the no-leader event, up to the leader's return) and faults apart. A
+// no-leader event after the term's last interval in iv ended is no blip:
+// the follower was right, and naming the term again after it (a
+// COORDINATOR that a cut held for seconds) is a stale view (StaleViews).
+// One TTL 1 s soak counted such a follower as a blip "with no fault on"
+// (the term had ended in a ring 2.4 s before, the announcement came 3.35
+// s late).
+func Blips(views []View, iv []Interval, events []Event) []Blip {
+	termEnd := termEnds(iv)
 	type known struct {
 		leader   string
 		epoch    uint64
@@ -137,8 +144,9 @@ func Blips(views []View, events []Event) []Blip {
 			}
 			delete(cur, v.Node)
 		case v.Leader != "":
+			end, ended := termEnd[term{v.Leader, v.Epoch}]
 			if l, ok := lost[v.Node]; ok && l.leader == v.Leader && l.epoch == v.Epoch &&
-				!restarted(events, v.Node, l.reported, v.T) {
+				!restarted(events, v.Node, l.reported, v.T) && !(ended && end <= l.lost) {
 				b := Blip{At: l.lost, Node: v.Node, Leader: v.Leader, Epoch: v.Epoch,
 					Gap: time.Duration(v.T - l.lost), Faulted: faultOn(events, l.lost), Why: l.why}
 				if h, ok := lastHeal(events, l.lost); ok && !b.Faulted {

@@ -15,8 +15,9 @@ func view(node, event, leader string, epoch uint64, at int) View {
 // TestBlipsAreFollowersThatLostAContinuingTerm: a follower that says "no
 // leader" and then names the same leader in the same term blipped (under
 // a fault or not, and then how long after the last heal); one that then
-// names another term, the leader itself, and a follower whose agent
-// restarted in between did not.
+// names another term, the leader itself, a follower whose agent
+// restarted in between, and one that said "no leader" after the term had
+// ended did not.
 func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 	views := []View{
 		view("h1", "leader-changed", "h5", 3, 0),
@@ -35,9 +36,13 @@ func TestBlipsAreFollowersThatLostAContinuingTerm(t *testing.T) {
 		view("h1", "leader-changed", "h5", 3, 7300),
 		{T: ms(8450), Node: "h2", Event: "no-leader", Forgot: "h4: no COORDINATOR from it for three announce intervals, nor when asked"},
 		view("h2", "leader-changed", "h4", 4, 8500), // 450 ms after the heal
+		view("h1", "leader-changed", "h6", 6, 8600),
+		view("h1", "no-leader", "", 0, 9500),        // after h6's term ended: right
+		view("h1", "leader-changed", "h6", 6, 9520), // a late announcement: stale, no blip
 	}
 	events := []Event{ev(EventStart, 5000, "h3"), ev(EventPartition, 7000), ev(EventHeal, 8000)}
-	got := Blips(views, events)
+	iv := []Interval{{Node: "h6", Epoch: 6, Start: ms(8500), End: ms(9000), Until: ms(9000)}}
+	got := Blips(views, iv, events)
 	want := []Blip{
 		{At: ms(1000), Node: "h1", Leader: "h5", Epoch: 3, Gap: 800 * time.Millisecond, Why: "h5: it campaigns"},
 		{At: ms(7100), Node: "h1", Leader: "h5", Epoch: 3, Gap: 200 * time.Millisecond, Faulted: true},
