@@ -33,6 +33,7 @@ type Agent struct {
 	// instance is this process's, previous the one that ran on the data
 	// dir before it (openInstance).
 	instance, previous uint64
+	dirLock            *os.File // held while the agent runs (lockDataDir)
 	rosters            *leasing.RosterStore
 	pledges            *leasing.RosterStore
 	events             *broadcaster
@@ -187,6 +188,9 @@ func (a *Agent) openDataDir() error {
 		return fmt.Errorf("agent: data dir: %w", err)
 	}
 	var err error
+	if a.dirLock, err = lockDataDir(a.cfg.DataDir); err != nil {
+		return err
+	}
 	path := func(name string) string { return filepath.Join(a.cfg.DataDir, name) }
 	if a.epochs, err = leasing.OpenEpochStore(path(epochFile)); err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -563,6 +567,9 @@ func (a *Agent) stop(hooksCtx context.Context) error {
 		a.events.close()
 		if a.server != nil { // it had started
 			a.log.Info("agent stopped")
+		}
+		if a.dirLock != nil {
+			a.dirLock.Close() // the next agent on the data dir may start
 		}
 		close(a.done)
 	})

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -34,4 +35,26 @@ func TestInstanceFileNamesThePreviousRun(t *testing.T) {
 	if fourth := run(); fourth.previous == 0 {
 		t.Fatal("the file was not replaced after it did not read")
 	}
+}
+
+// TestDataDirTakesOneAgent: a second agent started on a data dir that a
+// running agent holds fails at once, naming the dir; once the first has
+// stopped (or crashed: Halt), the second starts.
+func TestDataDirTakesOneAgent(t *testing.T) {
+	c := newTestCluster(t)
+	first := c.start(c.config("n1", 1))
+	cfg := c.config("n1", 1)
+	cfg.SocketPath = filepath.Join(c.dir, "second.sock")
+	if a, err := Start(cfg); err == nil {
+		a.Halt()
+		t.Fatal("a second agent started on a data dir in use")
+	} else if !strings.Contains(err.Error(), "in use by another running agent") || !strings.Contains(err.Error(), cfg.DataDir) {
+		t.Fatalf("the second agent says %q; want it to name the data dir in use", err)
+	}
+	first.Halt()
+	second, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("after the first agent stopped: %v", err)
+	}
+	second.Halt()
 }

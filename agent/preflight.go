@@ -28,6 +28,9 @@ const (
 	// run (gossip.Config.AddrFile).
 	addrFile = "gossip-addr"
 	// instanceFile (instance.go) names the agent process that last ran.
+	// lockFile is locked while an agent runs on the data dir
+	// (lockDataDir).
+	lockFile = "lock"
 )
 
 // preflight checks, before anything is opened, that the agent's state files
@@ -83,7 +86,7 @@ func checkKeyringFile(path string, key []byte) error {
 // in its data dir, and the keyring file wherever it is.
 func (c Config) stateFiles() []string {
 	var paths []string
-	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile, instanceFile} {
+	for _, name := range []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile, instanceFile, lockFile} {
 		paths = append(paths, filepath.Join(c.DataDir, name))
 	}
 	if c.KeyringFile != "" {

@@ -64,7 +64,7 @@ func TestCheckRegularRefusesEachKind(t *testing.T) {
 func TestStartRefusesNonRegularStateFiles(t *testing.T) {
 	c := newTestCluster(t)
 	cfg := c.config("n1", 1)
-	names := []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile, instanceFile}
+	names := []string{epochFile, voterFile, rosterFile, bootstrapFile, keyringFile, snapshotFile, snapshotCompactFile, drainedFile, addrFile, instanceFile, lockFile}
 	if got := len(cfg.withDefaults().stateFiles()); got != len(names) {
 		t.Fatalf("the agent keeps %d state files, the test covers %d", got, len(names))
 	}
