@@ -26,19 +26,21 @@ import (
 
 // Agent is one running tenure agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	epochs *leasing.EpochStore
-	grants *leasing.VoterStore
+	cfg     Config
+	log     *slog.Logger
+	epochs  *leasing.EpochStore
+	grants  *leasing.VoterStore
+	rosters *leasing.RosterStore
+	pledges *leasing.RosterStore
+	events  *broadcaster
+	counts  counters
+	book    addrBook // peer addresses by member name
+
 	// instance is this process's, previous the one that ran on the data
-	// dir before it (openInstance).
+	// dir before it (openInstance); dirLock is held while the agent runs
+	// (lockDataDir).
 	instance, previous uint64
-	dirLock            *os.File // held while the agent runs (lockDataDir)
-	rosters            *leasing.RosterStore
-	pledges            *leasing.RosterStore
-	events             *broadcaster
-	counts             counters
-	book               addrBook // peer addresses by member name
+	dirLock            *os.File
 
 	// Lock sessions of socket clients (named.go), the driver's; session
 	// IDs start from the start time so a restart does not reuse them.

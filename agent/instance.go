@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -54,12 +55,11 @@ func readInstance(path string) (uint64, error) {
 		return 0, fmt.Errorf("read the instance file: %w", err)
 	}
 	defer f.Close()
-	buf := make([]byte, maxInstanceFile)
-	n, err := f.Read(buf)
-	if err != nil && n == 0 {
+	b, err := io.ReadAll(io.LimitReader(f, maxInstanceFile))
+	if err != nil {
 		return 0, fmt.Errorf("read the instance file: %w", err)
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("read the instance file: %w", err)
 	}

@@ -204,7 +204,7 @@ func (v *Voter) release(now time.Time, req Request) {
 		return
 	}
 	if v.holder == req.Candidate && v.epoch == req.Epoch {
-		v.holder, v.epoch, v.expiry, v.granted = Node{}, 0, time.Time{}, time.Time{}
+		v.holder, v.epoch, v.expiry, v.granted, v.instance = Node{}, 0, time.Time{}, time.Time{}, 0
 	}
 	if req.Epoch > v.released[req.Candidate] {
 		if v.released == nil {
