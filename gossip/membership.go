@@ -63,7 +63,6 @@ type Membership struct {
 	keys keyringState // gossip keyring and its watcher; see keyring.go
 
 	recorded   netip.AddrPort // the address file's address at start (readdress.go)
-	previous   netip.AddrPort // recorded, when it is not this node's address now
 	announcing atomic.Bool    // announceNewAddress was started
 }
 
@@ -103,7 +102,7 @@ func Start(cfg Config) (*Membership, error) {
 	if m.track() {
 		go m.checkClaims()
 	}
-	if m.previous.IsValid() {
+	if m.moved() {
 		m.startAnnouncing()
 	}
 	if err := m.recordAddr(); err != nil {

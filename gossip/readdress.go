@@ -156,22 +156,26 @@ func (m *Membership) previousRun() (netip.AddrPort, error) {
 }
 
 // notePreviousRun reads the address this node had in its previous run
-// (previousRun) and, when it is not adv, the address it advertises now,
-// records it as previous: the node announces its new address from the
-// start (announceNewAddress), rather than once a ping of the old one has
-// found nothing there (checkClaims).
+// (previousRun) and records it; adv is the address it advertises now.
 func (m *Membership) notePreviousRun(adv netip.AddrPort) error {
 	prev, err := m.previousRun()
 	if err != nil {
 		return err
 	}
 	m.recorded = prev
-	if prev.IsValid() && prev != adv {
-		m.previous = prev
+	if m.moved() {
 		m.logger.Info("gossip: this node's address changed since its last run; announcing the new one",
 			"previous", prev.String(), "now", adv.String())
 	}
 	return nil
+}
+
+// moved reports whether the address file named another address than the
+// one this node advertises: the node then announces its new address from
+// the start (announceNewAddress), rather than once a ping of the old one
+// has found nothing there (checkClaims).
+func (m *Membership) moved() bool {
+	return m.recorded.IsValid() && m.recorded != m.conflict.self
 }
 
 // recordAddr writes the gossip address this node advertises to the address

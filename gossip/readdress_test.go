@@ -119,19 +119,19 @@ func TestAddressFile(t *testing.T) {
 	if addr1 == addr2 {
 		t.Skipf("the second start got the same port %s", addr1)
 	}
-	if got := second.previous.String(); got != addr1 {
+	if got := second.recorded.String(); !second.moved() || got != addr1 {
 		t.Fatalf("restarted on %s, it takes %q for its previous address, want %s", addr2, got, addr1)
 	}
 	second.Shutdown()
 	third, _ := start(addr2)
-	if third.previous.IsValid() {
-		t.Fatalf("restarted on the same address, it takes %s for a previous one", third.previous)
+	if third.moved() {
+		t.Fatalf("restarted on the same address, it takes %s for a previous one", third.recorded)
 	}
 	third.Shutdown()
 	if err := os.WriteFile(path, []byte("not an address\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if fourth, _ := start("127.0.0.1:0"); fourth.previous.IsValid() {
-		t.Fatalf("a file without an address made it take %s for a previous one", fourth.previous)
+	if fourth, _ := start("127.0.0.1:0"); fourth.moved() {
+		t.Fatalf("a file without an address made it take %s for a previous one", fourth.recorded)
 	}
 }

@@ -200,9 +200,10 @@ func (c *Cluster) processFault(s Step, leader *Node, rng *rand.Rand, voters []st
 		case ok:
 			what += fmt.Sprintf("; listed at its new address by the others after %v", d.Round(time.Millisecond))
 		default:
-			what += fmt.Sprintf("; not listed at its new address by every other agent within %v", d)
+			missed := fmt.Sprintf("not listed at its new address by every other agent within %v", d)
+			what += "; " + missed
 			if err == nil {
-				err = fmt.Errorf("nemesis: %s was not listed at its new address by every other agent within %v", victim.Name, d)
+				err = fmt.Errorf("nemesis: %s was %s", victim.Name, missed)
 			}
 		}
 	}
