@@ -95,8 +95,9 @@ func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (resp
 
 // conn returns a pooled connection to addr, or a new one. One dial to a
 // peer runs at a time, unless its TCP connect is stale (staleConnect), and
-// calls that find it running wait for it, or for a connection of another
-// call to come back to the pool, whichever comes first. Its handshake is
+// calls that find it running wait for it, for a connection of another
+// call to come back to the pool, or for its connect to turn stale,
+// whichever comes first. Its handshake is
 // bounded by DialTimeout, not by the call that started it, so a handshake
 // that outlasts its call still leaves a connection in the pool for the
 // next. On an overloaded host, where
@@ -116,12 +117,12 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case <-d.done:
-		case <-pooled:
-			continue // a connection came back to the pool
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: waiting for a connection: %w", ErrUnreachable, ctx.Err())
+		again, err := d.await(ctx, pooled)
+		if err != nil {
+			return nil, err
+		}
+		if again {
+			continue // a connection came back to the pool, or d's connect turned stale
 		}
 		if d.err != nil {
 			if c := t.takeIdle(addr); c != nil {
@@ -151,23 +152,58 @@ type dialing struct {
 }
 
 // staleConnect is how long a dial's TCP connect may run before a call
-// that finds it starts a dial of its own (which then stands for the
-// address) instead of waiting for it. A connect that long has most likely
-// lost its SYN or the answer to a cut, and the kernel sends it again only
-// 1 s after the first, then 2 s after that: once the cut healed, every
-// call to the peer waited for that retry. In the fault harness a follower
-// asked its leader over a dial begun during a cut, and its questions
-// after the heal waited 850 ms for that dial to give up, connected in a
-// millisecond afterwards, and came too late: the follower had forgotten
-// its leader ("no leader" for 3-141 ms after heals with no fault on). A
-// connect over a slow link (round trips of seconds) is not stale, only
-// slow: it then costs at most one extra connect per staleConnect, each
-// bounded as every dial.
+// that finds it, or waits for it, starts a dial of its own (which then
+// stands for the address) instead of waiting on. A connect that long has
+// most likely lost its SYN or the answer to a cut, and the kernel sends it
+// again only 1 s after the first, then 2 s after that: once the cut
+// healed, every call to the peer waited for that retry. In the fault
+// harness a follower asked its leader over a dial begun during a cut, and
+// its questions after the heal waited 850 ms for that dial to give up,
+// connected in a millisecond afterwards, and came too late: the follower
+// had forgotten its leader ("no leader" for 3-141 ms after heals with no
+// fault on). Calls that joined a connect while it was fresh still waited
+// for its retry: a follower asking every 200 ms put its first question
+// after a heal on a connect begun in the cut less than 250 ms before, had
+// the answer 26 ms after it had forgotten its leader, and now dials
+// afresh once that connect turns stale (dialing.await). A connect over a
+// slow link (round trips of seconds) is not stale, only slow: it then
+// costs at most one extra connect per staleConnect, each bounded as every
+// dial.
 const staleConnect = 250 * time.Millisecond
 
 // stale reports whether d's TCP connect has run longer than staleConnect.
 func (d *dialing) stale(now time.Time) bool {
 	return !d.connected.Load() && now.Sub(d.began) > staleConnect
+}
+
+// await waits until d is done, a connection comes back to the pool, d's
+// TCP connect turns stale, or ctx ends; again reports that the caller
+// should look for a connection again (pooled, or stale: a call that
+// joined a fresh connect does not wait for the kernel's retry of a SYN
+// lost to a cut, but dials afresh as a call arriving then would, so that
+// a heal in the meantime reaches the peer at once).
+func (d *dialing) await(ctx context.Context, pooled <-chan struct{}) (again bool, err error) {
+	var turnsStale <-chan time.Time
+	if !d.connected.Load() {
+		tm := time.NewTimer(time.Until(d.began.Add(staleConnect)) + time.Millisecond)
+		defer tm.Stop()
+		turnsStale = tm.C
+	}
+	for {
+		select {
+		case <-d.done:
+			return false, nil
+		case <-pooled:
+			return true, nil
+		case <-turnsStale:
+			if d.stale(time.Now()) {
+				return true, nil
+			}
+			turnsStale = nil // connected: its handshake is bounded by DialTimeout
+		case <-ctx.Done():
+			return false, fmt.Errorf("%w: waiting for a connection: %w", ErrUnreachable, ctx.Err())
+		}
+	}
 }
 
 // pendingDial returns the dial to addr in progress, starting one for the
