@@ -39,8 +39,10 @@ import (
 // opens. If an end line never comes (a serf whose messages changed), the
 // gate opens anyway after bound.
 type conflictGate struct {
-	name  string
-	bound time.Duration // how long one resolution may hold the gate
+	name   string
+	bound  time.Duration // how long one resolution may hold the gate
+	timing Timing
+	began  time.Time // when this node's gossip started
 
 	mu       sync.Mutex
 	running  int           // resolutions started and not yet ended
@@ -63,6 +65,9 @@ type conflictGate struct {
 type claim struct {
 	found claimFound
 	until time.Time // for claimSilent
+	// silentSince is when a ping there first found nothing, zero if none
+	// has; kept while it is pinged again.
+	silentSince time.Time
 }
 
 // claimFound is what a ping found.
@@ -72,13 +77,18 @@ const (
 	claimPinging  claimFound = iota + 1 // not yet known: its news is refused meanwhile
 	claimSilent                         // no answer: an earlier run of this node
 	claimAnswered                       // a live node answers there under this node's name
+	// no answer, but its news still came when an earlier run of this
+	// node there would have been declared failed by all: another node
+	// with this node's name, which this node cannot reach
+	claimUnreachable
 )
 
-// claimRecheck is how long a silent address's news is refused unpinged:
-// news of it still coming after that is pinged again. A dead host's news
-// stops once the others have declared it failed; a live node with this
-// node's name that a partition kept from answering is found once the
-// partition heals.
+// claimRecheck is how long at most a silent address's news is refused
+// unpinged: news of it still coming after that is pinged again. A dead
+// host's news stops once the others have declared it failed; a live node
+// with this node's name that a partition kept from answering is found
+// once the partition heals, or once its news outlasts an earlier run's
+// (conflictGate.settle).
 const claimRecheck = 30 * time.Second
 
 // maxClaims bounds the addresses the gate remembers: beyond it, news from
@@ -90,13 +100,14 @@ const maxClaims = 64
 // node's own alive message while a name conflict is being resolved.
 var errNameConflict = errors.New("tags held while a conflict over this node's name is resolved")
 
-// newConflictGate returns an open gate for the node called name. Serf's
-// resolution lasts one query timeout (gossip interval × 16 × log10 of the
-// cluster size, rounded up); the gate waits twice that for the largest
-// cluster allowed, and at least 30 s.
-func newConflictGate(name string, gossipInterval time.Duration, maxMembers int) *conflictGate {
-	query := gossipInterval * 16 * time.Duration(math.Ceil(math.Log10(float64(maxMembers+1))))
-	return &conflictGate{name: name, bound: max(2*query, 30*time.Second),
+// newConflictGate returns an open gate for the node called name, whose
+// gossip starts now with timing t. Serf's resolution lasts one query
+// timeout (gossip interval × 16 × log10 of the cluster size, rounded up);
+// the gate waits twice that for the largest cluster allowed, and at least
+// 30 s.
+func newConflictGate(name string, t Timing, maxMembers int) *conflictGate {
+	query := t.GossipInterval * 16 * time.Duration(math.Ceil(math.Log10(float64(maxMembers+1))))
+	return &conflictGate{name: name, bound: max(2*query, 30*time.Second), timing: t, began: time.Now(),
 		claims: map[netip.AddrPort]claim{}, pings: make(chan netip.AddrPort, 8)}
 }
 
@@ -212,18 +223,21 @@ func (g *conflictGate) NotifyAlive(n *memberlist.Node) error {
 // claimAt decides on news of this node's name from another address at,
 // for NotifyAlive. The first such news is refused, and at is pinged under
 // this node's name (Membership.checkClaims): where nothing answers, at is
-// an earlier run of this node (restarted on another address, whether or
-// not the address file names it: a wiped data dir has none), and its news
-// is refused as the previous run's for claimRecheck, then pinged again if
-// it still comes; where a node answers, it is another node given the same
-// name (at the address this node had before, too), and its news goes to
-// serf's resolution, one of the two stopping.
+// taken for an earlier run of this node (restarted on another address,
+// whether or not the address file names it: a wiped data dir has none),
+// and its news is refused as the previous run's until it is due to be
+// pinged again (settle), if it still comes; where a node answers, it is
+// another node given the same name (at the address this node had before,
+// too), and its news goes to serf's resolution, one of the two stopping.
+// So does news from an address where nothing answers that still comes
+// when an earlier run there would have been declared failed by all
+// (claimUnreachable).
 func (g *conflictGate) claimAt(at netip.AddrPort) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c, known := g.claims[at]
 	switch {
-	case c.found == claimAnswered:
+	case c.found == claimAnswered, c.found == claimUnreachable:
 		return nil
 	case c.found == claimSilent && time.Now().Before(c.until):
 		return errPreviousRun
@@ -234,21 +248,43 @@ func (g *conflictGate) claimAt(at netip.AddrPort) error {
 	}
 	select {
 	case g.pings <- at:
-		g.claims[at] = claim{found: claimPinging}
+		g.claims[at] = claim{found: claimPinging, silentSince: c.silentSince}
 	default: // pings are queued: a later news of it asks again
 	}
 	return errClaimPinging
 }
 
-// settle records what the ping at at found: answered, or not.
-func (g *conflictGate) settle(at netip.AddrPort, answered bool) {
+// settle records what the ping at at found at now, in a cluster of n
+// members: answered, or not. Where nothing answered, it stands until the
+// news of an earlier run of this node there has surely ended (the
+// others declared that run failed: Timing.earlierRunGone after this
+// node's start, for it stopped before), and for at least the least time
+// in which a member declares an address failed; at most claimRecheck.
+// News from there after that is pinged again, and where nothing answers
+// then either, the news came from another node with this node's name
+// that this node cannot reach (a partition between exactly the two), and
+// it goes to serf's resolution: settle reports that it found that. Until
+// then such twins each took the other's address for their own earlier
+// run, and both kept running.
+func (g *conflictGate) settle(now time.Time, at netip.AddrPort, answered bool, n int) (unreachable bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if answered {
 		g.claims[at] = claim{found: claimAnswered}
-		return
+		return false
 	}
-	g.claims[at] = claim{found: claimSilent, until: time.Now().Add(claimRecheck)}
+	since := g.claims[at].silentSince
+	gone := g.began.Add(g.timing.earlierRunGone(n)).Sub(now) // from now
+	if !since.IsZero() && gone <= 0 {
+		g.claims[at] = claim{found: claimUnreachable, silentSince: since}
+		return true
+	}
+	if since.IsZero() {
+		since = now
+	}
+	until := now.Add(min(claimRecheck, max(gone, g.timing.FailureDetectionFloor())))
+	g.claims[at] = claim{found: claimSilent, until: until, silentSince: since}
+	return false
 }
 
 // errClaimPinging is the reason memberlist is given for ignoring news of

@@ -83,7 +83,7 @@ func TestTagsDuringNameConflict(t *testing.T) {
 // messages only, every resolution started must end before it opens, and a
 // resolution whose end is never logged holds it for the bound only.
 func TestConflictGate(t *testing.T) {
-	g := newConflictGate("n1", 50*time.Millisecond, 128)
+	g := newConflictGate("n1", Timing{GossipInterval: 50 * time.Millisecond}, 128)
 	if g.bound != 30*time.Second {
 		t.Fatalf("bound %v, want the 30s floor", g.bound)
 	}

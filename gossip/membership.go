@@ -86,7 +86,7 @@ func Start(cfg Config) (*Membership, error) {
 		converted: make(map[string]convertedMember),
 		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
 		heal:      newHealWatch(cfg.Timing),
-		conflict:  newConflictGate(cfg.Name, cfg.Timing.GossipInterval, cfg.MaxMembers),
+		conflict:  newConflictGate(cfg.Name, cfg.Timing, cfg.MaxMembers),
 	}
 	serfEvents := make(chan serf.Event, serfEventBuffer)
 	if err := m.startSerf(serfEvents); err != nil {

@@ -28,8 +28,8 @@ import (
 // nothing more reached them until a full state sync (30 s apart on a LAN):
 // the others listed such a node 49-60 s after it started. So it exchanges
 // state with a random live member every two probe intervals until the old
-// address has surely been declared failed (FailureDetectionBound, and a
-// longest suspicion more, after its start, for the cluster's size then):
+// address has surely been declared failed (Timing.earlierRunGone after
+// its start, for the cluster's size then):
 // the first exchange after that teaches the member the new address, which
 // it passes on. Its cost, a state exchange every 2 s for 12 s with three
 // LAN members and a minute with six, is paid only after such a restart.
@@ -43,9 +43,7 @@ func (m *Membership) announceNewAddress(start time.Time) {
 		case <-m.ctx.Done():
 			return
 		case now := <-tick.C:
-			n := m.serf.NumNodes()
-			_, hi := t.SuspicionTimeout(n)
-			if now.Sub(start) > t.FailureDetectionBound(n)+hi {
+			if now.Sub(start) > t.earlierRunGone(m.serf.NumNodes()) {
 				m.logger.Debug("gossip: stopped announcing this node's new address", "after", now.Sub(start))
 				return
 			}
@@ -91,7 +89,12 @@ func (m *Membership) checkClaims() {
 			return
 		case at := <-m.conflict.pings:
 			answered := m.pingSelfAt(at)
-			m.conflict.settle(at, answered)
+			if m.conflict.settle(time.Now(), at, answered, m.serf.NumNodes()) {
+				m.logger.Warn("gossip: news of this node's name still comes from another address, where nothing answers, after an earlier run of this node there would have been declared failed: taken for another node with this name that this node cannot reach; serf resolves the conflict, and one of the two stops",
+					"other", at.String(), "this", m.conflict.self.String())
+				m.greetRandomPeer()
+				continue
+			}
 			if !answered {
 				m.logger.Info("gossip: the others list this node's name at another address, where nothing answers: taken for an earlier run of this node; announcing its address now",
 					"previous", at.String(), "now", m.conflict.self.String())

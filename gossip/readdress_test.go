@@ -16,12 +16,16 @@ import (
 // TestGatePingsOtherAddresses: news of this node's name from an address
 // other than its own is refused and queued for a ping, once, and refused
 // while the ping is pending; then taken where a node answered, refused as
-// an earlier run where none did, until claimRecheck has passed. News of
-// other names, and of this node at its own address, passes; beyond
-// maxClaims addresses, news passes unpinged. Addresses come as memberlist
-// gives them, IPv4 in 16 bytes.
+// an earlier run where none did, until its recheck is due. News from
+// there after that is pinged again; where nothing answers again after an
+// earlier run's news would have ended, it is taken (another node of this
+// name that this node cannot reach). News of other names, and of this
+// node at its own address, passes; beyond maxClaims addresses, news
+// passes unpinged. Addresses come as memberlist gives them, IPv4 in 16
+// bytes.
 func TestGatePingsOtherAddresses(t *testing.T) {
-	g := newConflictGate("n1", 50*time.Millisecond, 128)
+	timing := LocalTiming()
+	g := newConflictGate("n1", timing, 128)
 	g.self = netip.MustParseAddrPort("10.0.0.5:7946")
 	alive := func(name, ap string) *memberlist.Node {
 		a := netip.MustParseAddrPort(ap)
@@ -48,8 +52,11 @@ func TestGatePingsOtherAddresses(t *testing.T) {
 	if len(g.pings) != 0 {
 		t.Fatal("an address was queued twice")
 	}
-	g.settle(netip.MustParseAddrPort("10.0.0.7:7946"), false)
-	g.settle(netip.MustParseAddrPort("10.0.0.8:7946"), true)
+	now := g.began.Add(timing.ProbeInterval)
+	if g.settle(now, netip.MustParseAddrPort("10.0.0.7:7946"), false, 3) {
+		t.Fatal("an address found silent once was taken for another node's")
+	}
+	g.settle(now, netip.MustParseAddrPort("10.0.0.8:7946"), true, 3)
 	if err := g.NotifyAlive(alive("n1", "10.0.0.7:7946")); !errors.Is(err, errPreviousRun) {
 		t.Fatalf("news of n1 where nothing answered: %v, want it refused as an earlier run", err)
 	}
@@ -57,12 +64,33 @@ func TestGatePingsOtherAddresses(t *testing.T) {
 		t.Fatalf("news of n1 where a node answered: %v, want it taken", err)
 	}
 	silent := netip.MustParseAddrPort("10.0.0.7:7946")
-	g.claims[silent] = claim{found: claimSilent, until: time.Now()} // its recheck is due
+	gone := g.began.Add(timing.earlierRunGone(3))
+	if c := g.claims[silent]; !c.until.Equal(gone) || !c.silentSince.Equal(now) {
+		t.Fatalf("an address found silent %v after the start: recheck at %v after it (silent since %v), want %v (an earlier run's news surely ended)",
+			now.Sub(g.began), c.until.Sub(g.began), c.silentSince.Sub(g.began), gone.Sub(g.began))
+	}
+	g.claims[silent] = claim{found: claimSilent, until: time.Now(), silentSince: now} // its recheck is due
 	if err := g.NotifyAlive(alive("n1", silent.String())); !errors.Is(err, errClaimPinging) {
-		t.Fatalf("news of n1 where nothing answered, %v later: %v, want it pinged again", claimRecheck, err)
+		t.Fatalf("news of n1 where nothing answered, at its recheck: %v, want it pinged again", err)
 	}
 	if at := <-g.pings; at != silent {
 		t.Fatalf("queued a ping of %s, want %s", at, silent)
+	}
+	if g.settle(gone.Add(-time.Millisecond), silent, false, 3) {
+		t.Fatal("news from a silent address taken for another node's before an earlier run's news would have ended")
+	}
+	if !g.settle(gone, silent, false, 3) {
+		t.Fatal("news from a silent address, found silent again after an earlier run's news would have ended, not taken for another node's")
+	}
+	if err := g.NotifyAlive(alive("n1", silent.String())); err != nil {
+		t.Fatalf("news of n1 from another node of that name that cannot be reached: %v, want it taken (for serf's resolution)", err)
+	}
+	late := netip.MustParseAddrPort("10.0.0.9:7946")
+	if g.settle(gone, late, false, 3) {
+		t.Fatal("an address first found silent after an earlier run's news would have ended was taken for another node's at once")
+	}
+	if c := g.claims[late]; !c.until.Equal(gone.Add(timing.FailureDetectionFloor())) {
+		t.Fatalf("its recheck at %v, want a failure detection floor (%v) later", c.until.Sub(gone), timing.FailureDetectionFloor())
 	}
 	for i := range maxClaims {
 		g.claims[netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), 1)] = claim{found: claimSilent}

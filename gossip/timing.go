@@ -223,6 +223,18 @@ func (t Timing) FailureDetectionBound(n int) time.Duration {
 	return waitProbe + suspicion + 2*t.GossipInterval
 }
 
+// earlierRunGone is how long after a node stopped the others of a
+// cluster of n members have surely declared it failed, and stopped
+// passing on news of it alive: FailureDetectionBound, and a longest
+// suspicion more. An estimate, as FailureDetectionBound is. It bounds how
+// long a node restarted on a new address announces it (announceNewAddress),
+// and when news of its name from its old address, where nothing answers,
+// is taken for another node's (conflictGate.settle).
+func (t Timing) earlierRunGone(n int) time.Duration {
+	_, hi := t.SuspicionTimeout(n)
+	return t.FailureDetectionBound(n) + hi
+}
+
 // apply copies t into a serf configuration and its memberlist configuration.
 func (t Timing) apply(sc *serf.Config, mc *memberlist.Config) {
 	mc.ProbeInterval = t.ProbeInterval

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -8,12 +10,12 @@ import (
 // TestTwinsNeverLeadTogether: a fourth host is started with the leader's
 // name and ID (a host cloned with its hostname), and a route on each of
 // the two drops the other's packets, so neither hears of the other but
-// through the rest, and serf's resolution of the name stops neither.
-// For 20 s the two never both say they lead, and the first keeps its
-// term. Before voters told the twins' processes apart
-// (leasing.Request.Instance), the twin took the term at the next epoch as
-// the same holder, the first took it back, and both led at once for most
-// of the time.
+// through the rest, and serf's resolution of the name does not run until
+// that news outlasts an earlier run's (TestVoterTwinStops). For 20 s the
+// two never both say they lead, and the first keeps its term. Before
+// voters told the twins' processes apart (leasing.Request.Instance), the
+// twin took the term at the next epoch as the same holder, the first
+// took it back, and both led at once for most of the time.
 func TestTwinsNeverLeadTogether(t *testing.T) {
 	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	f := newFleet(t, 4)
@@ -48,4 +50,54 @@ func TestTwinsNeverLeadTogether(t *testing.T) {
 		t.Fatalf("the first h3: %+v (%v); want it still leading epoch %d", st.Leader, err, leader.Epoch)
 	}
 	t.Logf("the twin: %s", twinState)
+}
+
+// TestVoterTwinStops: a fourth host is started with a voter's name and ID
+// (h2 cloned with its hostname), and a route on each of the two drops
+// the other's packets. The twin takes the others' news of h2's address
+// for its own earlier run until that news would have ended, had an
+// earlier run stopped there, and then leaves it to serf's resolution: the
+// others hold h2 at the first's address, so the twin stops, and the first
+// keeps running. Two voters of one name each count as that voter, so a
+// leader counting one's grant and a candidate counting the other's could
+// each have a majority. Before, the twin ran as long as the cut between
+// the two lasted.
+func TestVoterTwinStops(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
+	f := newFleet(t, 4)
+	defer f.dumpLogs()
+	f.bootstrap(3)
+	leader := waitNamespaceLeader(t, f.socket(0), 40*time.Second)
+	first, twin := f.hosts[1], f.hosts[3]
+	if err := first.Run("ip", "route", "add", "blackhole", twin.Addr+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Run("ip", "route", "add", "blackhole", first.Addr+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	f.start(3, "--name", "h2", "--id", "2")
+	f.mu.Lock()
+	p := f.procs[3]
+	f.mu.Unlock()
+	select {
+	case <-p.Done():
+		t.Logf("the twin stopped %v after its start", time.Since(began).Round(time.Millisecond))
+	case <-time.After(40 * time.Second):
+		t.Fatal("the twin of voter h2 still runs 40 s after its start")
+	}
+	log, err := os.ReadFile(f.logPath(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "gossip membership ended") {
+		t.Fatalf("the twin exited, but not for losing its name:\n%s", log)
+	}
+	st, err := f.status(1)
+	if err != nil {
+		t.Fatalf("the first h2 after the twin stopped: %v", err)
+	}
+	if st.Leader == nil || st.Leader.Node != leader.Node {
+		t.Fatalf("the first h2 follows %+v, want %s", st.Leader, leader.Node)
+	}
 }
