@@ -389,6 +389,9 @@ func (c *core) vote(now time.Time, req leasing.Request) leasing.Reply {
 	if rep.Reason == leasing.ReasonStorage {
 		c.storageFailed(now, c.grants.StoreErr())
 	}
+	if rep.Granted && req.Kind == leasing.Renew {
+		c.m.Heard(now, toBully(req.Candidate), req.Epoch) // the leader renews its term through this node
+	}
 	return rep
 }
 

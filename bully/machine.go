@@ -66,7 +66,7 @@ type Machine struct {
 	// announcement (acquireFailed).
 	passed   *Message
 	announce time.Time // a leader's next COORDINATOR broadcast
-	heard    time.Time // when the followed leader last announced itself
+	heard    time.Time // when the followed leader last announced itself, or renewed through this node (Heard)
 	queried  time.Time // when this follower first asked its silent leader (checkLeaderHeard)
 	reasked  time.Time // when it last asked it (askLeader)
 	lost     string    // which leader this node last forgot, and why (Status.Lost)
@@ -240,12 +240,12 @@ func (m *Machine) SetMembers(now time.Time, members []Member) {
 }
 
 // leaderDropped handles gossip's report that the followed leader failed.
-// A follower that heard the leader's COORDINATOR less than
-// Config.MinDetection ago keeps it until its next one is due, plus an
-// election timeout for it to arrive (timeout forgets the leader then if
-// gossip still does not list it); a leader announced again meanwhile is
-// followed as one gossip does not list (follow). Any other node forgets
-// it at once.
+// A follower that heard the leader's COORDINATOR, or a renewal of its
+// term (Heard), less than Config.MinDetection ago keeps it until its next
+// COORDINATOR is due, plus an election timeout for it to arrive (timeout
+// forgets the leader then if gossip still does not list it); a leader
+// announced again meanwhile is followed as one gossip does not list
+// (follow). Any other node forgets it at once.
 //
 // A leader that really crashed, or was cut off from the member that
 // reported it, stopped answering that member's probes at least a probe
@@ -526,6 +526,22 @@ func (m *Machine) Relayed(now time.Time, leader Node, term uint64) {
 		return
 	}
 	m.follow(now, leader, term)
+}
+
+// Heard tells the Machine that the leader it follows showed at now that
+// it still leads term, by a message other than its COORDINATOR: a lease
+// renewal it sent this node, a voter (renewals come several times per
+// announce interval). Gossip's report that the leader failed is then
+// taken for a wrong one as after a recent COORDINATOR (leaderDropped),
+// and the leader is not asked whether it still leads (checkLeaderHeard).
+// A voter that its leader renewed through throughout a ring believed
+// gossip's late report of the leader's failure after the heal, its last
+// COORDINATOR older than the detection floor: "no leader" for 138 ms with
+// no fault on (TTL 1 s soak). News of another leader or term is ignored.
+func (m *Machine) Heard(now time.Time, leader Node, term uint64) {
+	if m.state == StateFollower && m.leader == leader && m.term == term && now.After(m.heard) {
+		m.heard = now
+	}
 }
 
 // jumps reports (and records, for Ready) an epoch e from n that is more

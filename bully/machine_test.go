@@ -713,8 +713,10 @@ func TestRelayedLeaderIsFollowed(t *testing.T) {
 // late report, refuted at once). The follower keeps the leader, sends no
 // ELECTION, and still follows it once gossip lists it again; without the
 // refutation it forgets the leader when the next COORDINATOR is overdue.
-// A report MinDetection or more after the last COORDINATOR, or with
-// MinDetection zero, is believed at once.
+// A renewal of its term through this node (Heard) counts as a
+// COORDINATOR; one of another node or term does not. A report
+// MinDetection or more after the last of them, or with MinDetection zero,
+// is believed at once.
 func TestWronglyReportedLeaderIsKept(t *testing.T) {
 	const detect = 700 * time.Millisecond
 	n1, n9 := Member{Node: Node{ID: 1, Name: "n1"}, Eligible: true}, Member{Node: Node{ID: 9, Name: "n9"}, Eligible: true}
@@ -766,6 +768,18 @@ func TestWronglyReportedLeaderIsKept(t *testing.T) {
 	m, _, now = follower(detect)
 	m.SetMembers(now.Add(detect), without)
 	leads(m, "reported failed a detection time after its COORDINATOR", Node{})
+
+	m, _, now = follower(detect)
+	m.Heard(now.Add(detect/2), n9.Node, 3) // it renewed its term through this node
+	m.SetMembers(now.Add(detect), without)
+	leads(m, "reported failed a detection time after its COORDINATOR, half of one after its renewal", n9.Node)
+	quiet(m, "reported failed after its renewal")
+
+	m, _, now = follower(detect)
+	m.Heard(now.Add(detect/2), n1.Node, 3) // another node
+	m.Heard(now.Add(detect/2), n9.Node, 2) // another term
+	m.SetMembers(now.Add(detect), without)
+	leads(m, "reported failed a detection time after its COORDINATOR, renewals of others heard", Node{})
 
 	m, _, now = follower(0)
 	m.SetMembers(now.Add(time.Millisecond), without)
