@@ -1,10 +1,15 @@
+//go:build linux
+
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/netns"
 )
 
 // TestTwinsNeverLeadTogether: a fourth host is started with the leader's
@@ -25,14 +30,7 @@ func TestTwinsNeverLeadTogether(t *testing.T) {
 	if leader.Node != "h3" {
 		t.Fatalf("%s leads, want h3 (the highest ID)", leader.Node)
 	}
-	first, twin := f.hosts[2], f.hosts[3]
-	if err := first.Run("ip", "route", "add", "blackhole", twin.Addr+"/32"); err != nil {
-		t.Fatal(err)
-	}
-	if err := twin.Run("ip", "route", "add", "blackhole", first.Addr+"/32"); err != nil {
-		t.Fatal(err)
-	}
-	f.start(3, "--name", "h3", "--id", "3")
+	f.startTwin(2, 3)
 	var twinState string
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		a, errA := f.status(2)
@@ -68,18 +66,8 @@ func TestVoterTwinStops(t *testing.T) {
 	defer f.dumpLogs()
 	f.bootstrap(3)
 	leader := waitNamespaceLeader(t, f.socket(0), 40*time.Second)
-	first, twin := f.hosts[1], f.hosts[3]
-	if err := first.Run("ip", "route", "add", "blackhole", twin.Addr+"/32"); err != nil {
-		t.Fatal(err)
-	}
-	if err := twin.Run("ip", "route", "add", "blackhole", first.Addr+"/32"); err != nil {
-		t.Fatal(err)
-	}
 	began := time.Now()
-	f.start(3, "--name", "h2", "--id", "2")
-	f.mu.Lock()
-	p := f.procs[3]
-	f.mu.Unlock()
+	p := f.startTwin(1, 3)
 	select {
 	case <-p.Done():
 		t.Logf("the twin stopped %v after its start", time.Since(began).Round(time.Millisecond))
@@ -100,4 +88,22 @@ func TestVoterTwinStops(t *testing.T) {
 	if st.Leader == nil || st.Leader.Node != leader.Node {
 		t.Fatalf("the first h2 follows %+v, want %s", st.Leader, leader.Node)
 	}
+}
+
+// startTwin cuts the routes between hosts i and j both ways (a blackhole
+// route on each for the other's address) and starts host j's agent with
+// host i's name and ID; it returns the twin's process.
+func (f *fleet) startTwin(i, j int) *netns.Proc {
+	f.t.Helper()
+	a, b := f.hosts[i], f.hosts[j]
+	if err := a.Run("ip", "route", "add", "blackhole", b.Addr+"/32"); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := b.Run("ip", "route", "add", "blackhole", a.Addr+"/32"); err != nil {
+		f.t.Fatal(err)
+	}
+	f.start(j, "--name", f.name(i), "--id", fmt.Sprint(i+1))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.procs[j]
 }
