@@ -14,10 +14,6 @@ import (
 	"github.com/tenurehq/tenure/internal/fsutil"
 )
 
-// instanceFile, in the data dir, names the agent process that last ran on
-// it (leasing.Request.Instance), in decimal.
-const instanceFile = "instance"
-
 // maxInstanceFile bounds what is read of the instance file.
 const maxInstanceFile = 64
 

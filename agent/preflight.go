@@ -27,7 +27,9 @@ const (
 	// addrFile holds the gossip address the node advertised in its last
 	// run (gossip.Config.AddrFile).
 	addrFile = "gossip-addr"
-	// instanceFile (instance.go) names the agent process that last ran.
+	// instanceFile names the agent process that last ran on the data dir
+	// (leasing.Request.Instance), in decimal (instance.go).
+	instanceFile = "instance"
 	// lockFile is locked while an agent runs on the data dir
 	// (lockDataDir).
 	lockFile = "lock"
