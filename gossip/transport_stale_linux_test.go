@@ -19,29 +19,14 @@ import (
 // partition does); the heal drains it. Before, the later call joined the
 // first dial and waited for its retry: one dial in all.
 func TestStaleConnectDoesNotHoldLaterCalls(t *testing.T) {
-	ln := listenBacklog0(t)
-	addr := ln.Addr().String()
-	fillAcceptQueue(t, addr)
+	ln := listenCutOff(t)
 	tr := listen(t, TransportConfig{})
-	first := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := tr.conn(ctx, addr)
-		if err == nil {
-			tr.release(c)
-		}
-		first <- err
-	}()
+	first := connAsync(tr, ln.Addr().String())
 	time.Sleep(staleConnect + 150*time.Millisecond)
 	acceptAndHold(t, ln) // the heal: the queue drains, and new SYNs are taken
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := tr.conn(ctx, addr)
-	if err != nil {
+	if err := <-connAsync(tr, ln.Addr().String()); err != nil {
 		t.Fatalf("the call after the heal: %v", err)
 	}
-	tr.release(c)
 	if n := tr.Dialed(); n < 2 {
 		t.Fatalf("%d dial for two calls, the first stale when the second came; want a second (the second must not wait for the first)", n)
 	}
@@ -83,23 +68,11 @@ func listenBacklog0(t *testing.T) net.Listener {
 // answered 26 ms too late to keep its leader. Before, both calls here
 // waited for the first dial's retry: one dial in all.
 func TestWaitingCallDialsAfreshWhenTheConnectTurnsStale(t *testing.T) {
-	ln := listenBacklog0(t)
-	addr := ln.Addr().String()
-	fillAcceptQueue(t, addr)
+	ln := listenCutOff(t)
 	tr := listen(t, TransportConfig{})
-	call := func(errs chan<- error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := tr.conn(ctx, addr)
-		if err == nil {
-			tr.release(c)
-		}
-		errs <- err
-	}
-	first, second := make(chan error, 1), make(chan error, 1)
-	go call(first)
+	first := connAsync(tr, ln.Addr().String())
 	time.Sleep(staleConnect / 3)
-	go call(second) // joins the first call's dial, still fresh
+	second := connAsync(tr, ln.Addr().String()) // joins the first call's dial, still fresh
 	time.Sleep(staleConnect)
 	acceptAndHold(t, ln) // the heal, after the dial turned stale
 	if err := <-second; err != nil {
@@ -113,11 +86,32 @@ func TestWaitingCallDialsAfreshWhenTheConnectTurnsStale(t *testing.T) {
 	}
 }
 
-// fillAcceptQueue connects to addr until a connect is dropped (the
-// listener's accept queue is full), skipping the test if it never fills;
-// the connections are closed when the test ends.
-func fillAcceptQueue(t *testing.T, addr string) {
+// connAsync takes a connection to addr from tr (tr.conn, bounded by 5
+// s) in a goroutine of its own and gives it back to the pool; the channel
+// delivers the call's error.
+func connAsync(tr *Transport, addr string) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := tr.conn(ctx, addr)
+		if err == nil {
+			tr.release(c)
+		}
+		errs <- err
+	}()
+	return errs
+}
+
+// listenCutOff listens on a loopback port (listenBacklog0) and connects
+// to it until a connect is dropped: its accept queue is full, and the
+// kernel drops new SYNs, as a partition does, until the queue is drained
+// (acceptAndHold). It skips the test if the queue never fills; the
+// connections are closed when the test ends.
+func listenCutOff(t *testing.T) net.Listener {
 	t.Helper()
+	ln := listenBacklog0(t)
+	addr := ln.Addr().String()
 	var held []net.Conn
 	t.Cleanup(func() {
 		for _, c := range held {
@@ -127,7 +121,7 @@ func fillAcceptQueue(t *testing.T, addr string) {
 	for {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
-			return // the queue is full: this SYN was dropped
+			return ln // the queue is full: this SYN was dropped
 		}
 		held = append(held, c)
 		if len(held) > 16 {
