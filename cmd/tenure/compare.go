@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/tenurehq/tenure/examples/fenced-store/store"
+	"github.com/tenurehq/tenure/internal/procgroup"
 	"github.com/tenurehq/tenure/internal/redisproc"
 	"github.com/tenurehq/tenure/leasing/redislock"
 	"github.com/tenurehq/tenure/rpc"
@@ -224,7 +225,7 @@ type holderProc struct {
 func (d *demo) startHolder(self string, c compareCase) (*holderProc, error) {
 	args := append([]string{"demo-holder", "--store", d.url, "--key", c.backend, "--name", "job"}, c.holder...)
 	cmd := exec.Command(self, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procgroup.AttrDying()
 	cmd.Stderr = io.Discard
 	if d.opts.Logs != nil {
 		cmd.Stderr = d.opts.Logs

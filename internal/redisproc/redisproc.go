@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/procgroup"
 )
 
 // ErrMissing is wrapped by Start's error when redis-server is not on PATH.
@@ -100,7 +102,7 @@ func (s *Server) start(ctx context.Context) error {
 		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
 		"--daemonize", "no", "--protected-mode", "no")
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procgroup.AttrDying()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redisproc: start redis-server on port %d: %w", s.Port, err)
 	}
