@@ -105,7 +105,7 @@ func (r *rig) answer(m outMsg) {
 		r.held = append(r.held, m)
 		return
 	}
-	r.c.peerReplied(r.now, m.to, time.Millisecond)
+	r.c.peerReplied(r.now, m.to, time.Millisecond, false)
 	if reply := r.reply(m, p); reply != nil {
 		r.c.receive(r.now, *reply)
 	}

@@ -143,6 +143,13 @@ type flight struct {
 	at       time.Time
 	reply    bool
 	sent     time.Time // when the call a reply answers went out
+	// retried says a cut held the call's request or its answer, which
+	// TCP then retransmitted: the caller's transport reports it
+	// (gossip.Transport.CallRetried: the socket's count of
+	// retransmissions rose, the request's too when the answer was held,
+	// as the acknowledgement of the request was held with it), and the
+	// answer is no round-trip sample.
+	retried bool
 }
 
 // heldFlight is a message held for a frozen node, in the boot it reached.
@@ -706,9 +713,11 @@ func (s *csim) retransmit() {
 		case s.now.Before(r.next):
 			keep = append(keep, r)
 		case to.paused && s.wired(r.from, r.to):
+			r.retried = true
 			s.held = append(s.held, heldFlight{flight: r.flight, boot: to.boots})
 		case s.linked(r.from, r.to):
 			if s.dropIf == nil || !s.dropIf(r.flight) {
+				r.retried = true
 				s.receive(r.flight)
 			}
 		default:
@@ -767,7 +776,7 @@ func (s *csim) receive(f flight) {
 	if f.reply {
 		// As the driver does: the call was answered (a sample of the
 		// round trip), then the reply, unless empty, is received.
-		to.c.peerReplied(now, bully.Node{ID: s.nodes[f.from].id, Name: f.from}, now.Sub(s.local(to, f.sent)))
+		to.c.peerReplied(now, bully.Node{ID: s.nodes[f.from].id, Name: f.from}, now.Sub(s.local(to, f.sent)), f.retried)
 		if f.env == (envelope{}) {
 			s.collect(f.to)
 			return
@@ -782,7 +791,7 @@ func (s *csim) receive(f flight) {
 		if reply == nil {
 			reply = &envelope{} // every call is answered, if only to say it arrived
 		}
-		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true, sent: f.sent})
+		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true, sent: f.sent, retried: f.retried})
 	}
 }
 

@@ -137,7 +137,7 @@ func (a *Agent) send(msg outMsg, sent *sync.WaitGroup) {
 // longer wanted the answer.
 func (a *Agent) exchange(ctx context.Context, to bully.Node, addr string, body []byte, kind string) (env envelope, ok bool) {
 	began := time.Now()
-	resp, err := a.peers.Call(ctx, addr, body)
+	resp, retried, err := a.peers.CallRetried(ctx, addr, body)
 	if err != nil {
 		a.log.Debug("peer message not delivered", "to", to.Name, "kind", kind, "err", err)
 		if !errors.Is(ctx.Err(), context.Canceled) {
@@ -146,8 +146,8 @@ func (a *Agent) exchange(ctx context.Context, to bully.Node, addr string, body [
 		return envelope{}, false
 	}
 	took := time.Since(began)
-	a.log.Debug("peer message answered", "to", to.Name, "kind", kind, "took", took)
-	return a.deliverReply(resp, to, took)
+	a.log.Debug("peer message answered", "to", to.Name, "kind", kind, "took", took, "retransmitted", retried)
+	return a.deliverReply(resp, to, took, retried)
 }
 
 // reportSendFailure tells the core, on the driver goroutine, that a
@@ -160,10 +160,12 @@ func (a *Agent) reportSendFailure(to bully.Node, err error) {
 }
 
 // deliverReply feeds a peer's reply to the core, and tells it that the
-// peer answered after took; it returns the reply. A reply from another
-// node than the one called (its address now belongs to another agent)
-// counts as a failure, as one that does not decode does: ok is false.
-func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) (envelope, bool) {
+// peer answered after took (retried: the kernel retransmitted part of the
+// exchange, so took is no round trip); it returns the reply. A reply from
+// another node than the one called (its address now belongs to another
+// agent) counts as a failure, as one that does not decode does: ok is
+// false.
+func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration, retried bool) (envelope, bool) {
 	env, err := decodeEnvelope(resp)
 	if err != nil {
 		a.log.Warn("bad peer reply", "from", to.Name, "err", err)
@@ -189,7 +191,7 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration) (en
 		a.counts.add("reply." + env.kind())
 	}
 	_ = a.do(a.ctx, func() {
-		cleared := a.core.peerReplied(a.cfg.Clock.Now(), to, took)
+		cleared := a.core.peerReplied(a.cfg.Clock.Now(), to, took, retried)
 		if empty && !cleared {
 			return
 		}

@@ -10,7 +10,9 @@ import "time"
 // timeout (bully.Machine.SetRoundTrip), and reach probes and acquire
 // rounds wait that long for the voters when it is longer than the acquire
 // budget (core.peerWait). Calls that failed are not samples: a dead or
-// cut-off peer must not slow the elections that pass it over. An
+// cut-off peer must not slow the elections that pass it over. Nor are
+// calls whose packets the kernel retransmitted (Karn's rule; see
+// core.peerReplied): a cut that held them and healed is no slow peer. An
 // estimate without a sample for roundTripMemory is dropped: the load that
 // made it has most likely passed, and the election's own timeout applies
 // until the next answers measure again.

@@ -21,25 +21,43 @@ import (
 // errors the peer may or may not have handled it. Call never sends a request
 // twice.
 func (t *Transport) Call(ctx context.Context, addr string, req []byte) ([]byte, error) {
+	resp, _, err := t.CallRetried(ctx, addr, req)
+	return resp, err
+}
+
+// CallRetried is Call, and reports for an answered call whether its time
+// counts a retransmission: the kernel sent its connection's SYN or its
+// request more than once before the answer came (the connection's count
+// of retransmitted segments rose), or the call waited on a connect that
+// turned stale (staleConnect). Such a call's duration is no round trip
+// but a retransmission timeout, or the cut that held its packets, and a
+// caller estimating round trips leaves it out, as TCP does with its own
+// retransmitted segments (Karn's rule). An answer a cut held shows too:
+// the cut held the acknowledgement of the request with it (the
+// acknowledgement rides on the answer, or was sent after the cut began),
+// so the request went again; only a cut that begins between a separate
+// acknowledgement and the answer hides it. Where the kernel does not
+// report retransmissions (not Linux), only the stale connects show.
+func (t *Transport) CallRetried(ctx context.Context, addr string, req []byte) (resp []byte, retried bool, err error) {
 	if t.isClosed() {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	// Check the size once, for the largest deadline stamp; each
 	// connection stamps its own (roundTrip).
 	if n := maxRequestFrame(len(req)); n > t.cfg.MaxFrame {
-		return nil, fmt.Errorf("gossip: call %s: request of %d bytes exceeds the frame limit of %d: %w",
+		return nil, false, fmt.Errorf("gossip: call %s: request of %d bytes exceeds the frame limit of %d: %w",
 			addr, n, t.cfg.MaxFrame, wire.ErrFrameTooLarge)
 	}
 	ctx, cancel := t.callContext(ctx)
 	defer cancel()
-	resp, err := t.exchange(ctx, addr, req)
+	r, retried, err := t.exchange(ctx, addr, req)
 	if err != nil {
-		return nil, t.callError(ctx, addr, err)
+		return nil, false, t.callError(ctx, addr, err)
 	}
-	if resp.Err != "" {
-		return nil, &RemoteError{Message: resp.Err}
+	if r.Err != "" {
+		return nil, retried, &RemoteError{Message: r.Err}
 	}
-	return resp.Body, nil
+	return r.Body, retried, nil
 }
 
 // callContext bounds ctx by CallTimeout if it has no deadline, and ends it
@@ -75,18 +93,22 @@ func (t *Transport) callError(ctx context.Context, addr string, err error) error
 }
 
 // exchange sends the request body req on a pooled or new connection and
-// returns the response. If a pooled connection fails before any byte of
-// the request is written, the request goes once more on another
-// connection.
-func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (response, error) {
+// returns the response, and whether its time counts a retransmission
+// (CallRetried). If a pooled connection fails before any byte of the
+// request is written, the request goes once more on another connection.
+func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (response, bool, error) {
 	for attempt := 0; ; attempt++ {
-		c, err := t.conn(ctx, addr)
+		c, waitedStale, err := t.conn(ctx, addr)
 		if err != nil {
-			return response{}, err
+			return response{}, false, err
 		}
+		base := c.retransBase()
 		resp, sent, err := c.roundTrip(ctx, req)
-		if err == nil || sent || ctx.Err() != nil || attempt > 0 {
-			return resp, err
+		if err == nil {
+			return resp, waitedStale || c.retransmittedSince(base), nil
+		}
+		if sent || ctx.Err() != nil || attempt > 0 {
+			return resp, false, err
 		}
 		t.logger.Debug("gossip: pooled peer connection failed before sending; retrying on another",
 			"addr", addr, "err", err)
@@ -108,30 +130,31 @@ func (t *Transport) exchange(ctx context.Context, addr string, req []byte) (resp
 // after another while the connection of the call before came back to the
 // pool unused, and a leader whose renewals were granted in 3 s lost its
 // lease.
-func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) {
+func (t *Transport) conn(ctx context.Context, addr string) (c *clientConn, waitedStale bool, err error) {
 	for {
 		if c := t.takeIdle(addr); c != nil {
-			return c, nil
+			return c, waitedStale, nil
 		}
 		d, pooled, err := t.pendingDial(ctx, addr)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		again, err := d.await(ctx, pooled)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if again {
+			waitedStale = waitedStale || d.stale(time.Now())
 			continue // a connection came back to the pool, or d's connect turned stale
 		}
 		if d.err != nil {
 			if c := t.takeIdle(addr); c != nil {
-				return c, nil // one came back as the dial failed
+				return c, waitedStale, nil // one came back as the dial failed
 			}
 			if errors.Is(d.err, context.Canceled) && ctx.Err() == nil {
 				continue // the call that started it ended, cutting its connect short: dial afresh
 			}
-			return nil, d.err
+			return nil, false, d.err
 		}
 		// The new connection is in the pool, unless another call took it
 		// first; then look again.
@@ -271,6 +294,10 @@ type clientConn struct {
 	dead   chan struct{} // closed when the reader exits
 	err    error         // why the reader exited; read only after dead is closed
 	state  atomic.Int32  // connIdle, connInFlight or connAbandoned
+	raw    net.Conn      // the TCP connection under conn, whose retransmissions the kernel counts
+	// used: an exchange ran on it. Read and set by the call that holds
+	// the connection (the pool hands it over under t.mu).
+	used bool
 
 	idleUntil time.Time // while pooled; guarded by t.mu
 }
@@ -304,7 +331,7 @@ func (t *Transport) dial(connectCtx, ctx context.Context, addr string, connected
 		raw.Close()
 		return nil, fmt.Errorf("%w: handshake: %w", ErrUnreachable, err)
 	}
-	c := &clientConn{t: t, addr: addr, conn: conn, born: born, frames: make(chan []byte, 1), dead: make(chan struct{})}
+	c := &clientConn{t: t, addr: addr, conn: conn, raw: raw, born: born, frames: make(chan []byte, 1), dead: make(chan struct{})}
 	if !t.addClient(c) {
 		conn.Close()
 		return nil, ErrClosed
@@ -504,6 +531,26 @@ func (c *clientConn) await(ctx context.Context) ([]byte, error) {
 		}
 		return <-c.frames, nil // the response won the race
 	}
+}
+
+// retransBase is the count of c's retransmitted segments an exchange
+// starting now compares with (retransmittedSince): zero for c's first
+// exchange, which waited for its connect, so that a SYN sent again counts
+// too.
+func (c *clientConn) retransBase() uint32 {
+	if !c.used {
+		c.used = true
+		return 0
+	}
+	n, _ := retransmits(c.raw)
+	return n
+}
+
+// retransmittedSince reports whether the kernel has retransmitted any of
+// c's segments since it counted base of them.
+func (c *clientConn) retransmittedSince(base uint32) bool {
+	n, ok := retransmits(c.raw)
+	return ok && n > base
 }
 
 // until is the request stamp for a call ending at deadline (if ok):

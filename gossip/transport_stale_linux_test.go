@@ -94,7 +94,7 @@ func connAsync(tr *Transport, addr string) <-chan error {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := tr.conn(ctx, addr)
+		c, _, err := tr.conn(ctx, addr)
 		if err == nil {
 			tr.release(c)
 		}
