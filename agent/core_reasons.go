@@ -91,22 +91,24 @@ func (c *core) sendFailed(now time.Time, to bully.Node, err error) {
 // peerReplied records that `from` answered a message at now, took after
 // it was sent: a sample of the peers' round trip (the election takes the
 // estimate at its next tick), and the end of the peer's failure; it
-// reports whether there was one. Two kinds of answered call are no
-// sample. One whose connect, request or answer the kernel retransmitted
-// (retried: gossip.Transport.CallRetried; Karn's rule, as TCP itself
-// applies it): its round trip counts a cut that held it, or a
-// retransmission timeout, and after a cut of 1-1.5 s between one node and
-// the others such answers raised the estimate of one node or more from
-// the simulation's 50-110 ms round trips past 600 ms (0.73-1.65 s) in
-// each of the 100 runs of TestCutIsNoRoundTrip. And one in flight
-// across this node's own freeze: its round trip counts the freeze (the
-// caller was frozen too, and read the answer its kernel held only on
-// waking), and such samples raised the estimate of a node frozen for
-// 1-1.5 s, with a 2 s TTL, from about 80 ms to 1.4-3.8 s, slowing its
-// elections and lease rounds for up to roundTripMemory
-// (TestOwnFreezeIsNoRoundTrip).
-func (c *core) peerReplied(now time.Time, from bully.Node, took time.Duration, retried bool) bool {
-	if !retried && !c.spansOwnFreeze(now, took) {
+// reports whether there was one. A call whose time counts more than a
+// round trip is no sample; its round trip would raise the estimate, and
+// slow this node's elections and lease rounds, for up to
+// roundTripMemory. The caller says so (held) for a call whose connect,
+// request or answer the kernel retransmitted (gossip.Transport.
+// CallRetried; Karn's rule, as TCP itself applies it), which counts a cut
+// that held it: after a cut of 1-1.5 s between one node and the others
+// such answers raised the estimate of one node or more from the
+// simulation's 50-110 ms round trips past 600 ms (0.73-1.65 s) in each of
+// the 100 runs of TestCutIsNoRoundTrip. And for one whose answer says
+// the peer woke from a freeze of its own during the call (stampWake,
+// TestFrozenPeerIsNoRoundTrip). This node finds the third kind itself: a
+// call in flight across its own freeze (the caller was frozen too, and
+// read the answer its kernel held only on waking), and such samples
+// raised the estimate of a node frozen for 1-1.5 s, with a 2 s TTL, from
+// about 80 ms to 1.4-3.8 s (TestOwnFreezeIsNoRoundTrip).
+func (c *core) peerReplied(now time.Time, from bully.Node, took time.Duration, held bool) bool {
+	if !held && !c.spansOwnFreeze(now, took) {
 		c.rtt.add(now, took)
 	}
 	if _, ok := c.peers.failed[from.Name]; !ok {

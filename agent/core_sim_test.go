@@ -776,8 +776,9 @@ func (s *csim) receive(f flight) {
 	if f.reply {
 		// As the driver does: the call was answered (a sample of the
 		// round trip), then the reply, unless empty, is received.
-		to.c.peerReplied(now, bully.Node{ID: s.nodes[f.from].id, Name: f.from}, now.Sub(s.local(to, f.sent)), f.retried)
-		if f.env == (envelope{}) {
+		took := now.Sub(s.local(to, f.sent))
+		to.c.peerReplied(now, bully.Node{ID: s.nodes[f.from].id, Name: f.from}, took, f.retried || f.env.frozeWithin(took))
+		if f.env.bare() {
 			s.collect(f.to)
 			return
 		}
@@ -791,6 +792,7 @@ func (s *csim) receive(f flight) {
 		if reply == nil {
 			reply = &envelope{} // every call is answered, if only to say it arrived
 		}
+		to.c.stampWake(now, reply)
 		s.send(flight{from: f.to, to: f.from, env: *reply, reply: true, sent: f.sent, retried: f.retried})
 	}
 }

@@ -68,6 +68,27 @@ type envelope struct {
 	// answers.
 	NamedList      bool            `msgpack:"named_list,omitempty"`
 	NamedListReply *namedListReply `msgpack:"named_list_reply,omitempty"`
+	// WokeMS, on an answer, says that its sender woke from a freeze of
+	// its own (its ticks had stopped, core.ownFreeze) shortly before it
+	// answered: how long before, in milliseconds, plus one; zero when it
+	// did not within wakeHorizon, or from an agent of an older release.
+	// The caller's call then waited on the freeze, and its time is no
+	// round trip (core.stampWake, envelope.frozeWithin).
+	WokeMS uint32 `msgpack:"woke_ms,omitempty"`
+}
+
+// bare reports whether e carries nothing but its version and wake stamp:
+// the empty answer that only says a message arrived.
+func (e envelope) bare() bool {
+	e.Version, e.WokeMS = 0, 0
+	return e == envelope{}
+}
+
+// frozeWithin reports whether e, an answer to a call that took `took`,
+// says its sender woke from a freeze of its own after the call began:
+// the answer waited on that freeze.
+func (e envelope) frozeWithin(took time.Duration) bool {
+	return e.WokeMS != 0 && time.Duration(e.WokeMS-1)*time.Millisecond < took
 }
 
 // namedListReply answers a NamedList: the leader's table, or why not

@@ -128,3 +128,44 @@ func TestReleasesTravelOnlyWhereTheyBelong(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeStampRoundTrip: an answer stamped as sent soon after its
+// sender's freeze keeps the stamp through the peer encoding, stays an
+// empty answer when it carries nothing else, and marks a call as held by
+// the freeze only if the call began before the wake-up; an unstamped
+// answer (or one from an older release) marks none.
+func TestWakeStampRoundTrip(t *testing.T) {
+	const ms = time.Millisecond
+	c := &core{cfg: coreConfig{Lease: leasing.DefaultTiming().WithTTL(2 * time.Second)}}
+	now := time.Unix(1000, 0)
+	c.ticked, c.woke = now.Add(-40*ms), now.Add(-300*ms)
+	reply := envelope{}
+	c.stampWake(now, &reply)
+	b, err := encodeEnvelope(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := decodeEnvelope(b)
+	if err != nil || env.WokeMS != 301 || !env.bare() {
+		t.Fatalf("an empty answer 300ms after a wake-up came back as %+v (%v), want woke_ms 301 and bare", env, err)
+	}
+	for _, tc := range []struct {
+		took time.Duration
+		want bool
+	}{{200 * ms, false}, {300 * ms, false}, {301 * ms, true}, {2 * time.Second, true}} {
+		if got := env.frozeWithin(tc.took); got != tc.want {
+			t.Errorf("a call that took %v, the peer woke 300ms before answering: frozeWithin = %v, want %v", tc.took, got, tc.want)
+		}
+	}
+	c.ticked = now.Add(-time.Second) // stalled: the tick that finds the freeze has not run
+	stalled := envelope{}
+	c.stampWake(now, &stalled)
+	if stalled.WokeMS != 1 || !stalled.frozeWithin(ms) {
+		t.Fatalf("an answer while stalled: woke_ms %d, want 1 (just woken)", stalled.WokeMS)
+	}
+	c.ticked, c.woke = now, now.Add(-wakeHorizon)
+	old := envelope{}
+	if c.stampWake(now, &old); old.WokeMS != 0 || old.frozeWithin(time.Hour) {
+		t.Fatalf("an answer %v after a wake-up: woke_ms %d, want none", wakeHorizon, old.WokeMS)
+	}
+}

@@ -72,7 +72,11 @@ func (a *Agent) handlePeer(ctx context.Context, req []byte) ([]byte, error) {
 		}
 	default:
 		err = a.do(ctx, func() {
-			reply = a.core.receive(a.cfg.Clock.Now(), env)
+			now := a.cfg.Clock.Now()
+			if reply = a.core.receive(now, env); reply == nil {
+				reply = &envelope{}
+			}
+			a.core.stampWake(now, reply)
 			a.flush()
 		})
 	}
@@ -160,8 +164,9 @@ func (a *Agent) reportSendFailure(to bully.Node, err error) {
 }
 
 // deliverReply feeds a peer's reply to the core, and tells it that the
-// peer answered after took (retried: the kernel retransmitted part of the
-// exchange, so took is no round trip); it returns the reply. A reply from
+// peer answered after took (no round trip when retried, the kernel having
+// retransmitted part of the exchange, or when the peer says it woke from
+// a freeze during the call); it returns the reply. A reply from
 // another node than the one called (its address now belongs to another
 // agent) counts as a failure, as one that does not decode does: ok is
 // false.
@@ -186,12 +191,12 @@ func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration, ret
 		a.reportSendFailure(to, fmt.Errorf("the agent at its peer address is %s", from.Name))
 		return envelope{}, false
 	}
-	empty := env == (envelope{Version: peerVersion})
+	empty := env.bare()
 	if !empty {
 		a.counts.add("reply." + env.kind())
 	}
 	_ = a.do(a.ctx, func() {
-		cleared := a.core.peerReplied(a.cfg.Clock.Now(), to, took, retried)
+		cleared := a.core.peerReplied(a.cfg.Clock.Now(), to, took, retried || env.frozeWithin(took))
 		if empty && !cleared {
 			return
 		}

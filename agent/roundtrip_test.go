@@ -169,3 +169,37 @@ func roundTripRun(t *testing.T, i int) (*csim, string) {
 	}
 	return s, l
 }
+
+// TestFrozenPeerIsNoRoundTrip: after one node (the leader, or the node
+// next in line) was frozen for 1-1.5 s, the others keep the round-trip
+// estimates they had, give or take the samples since: the answers to the
+// calls its kernel held through the freeze tell of the freeze (the
+// answer says how long ago the peer woke), not of slow peers.
+func TestFrozenPeerIsNoRoundTrip(t *testing.T) {
+	for i := range 100 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			s, name := roundTripRun(t, i)
+			for _, n := range s.nodes {
+				if before := n.c.rtt.timeout(s.local(n, s.now)); before > 300*time.Millisecond {
+					t.Fatalf("%s's estimate before the freeze: %v, want the simulation's round trips", n.name, before)
+				}
+			}
+			frozen := time.Second + time.Duration(s.rand.Int64N(int64(500*time.Millisecond)))
+			s.nodes[name].paused = true
+			s.run(frozen)
+			s.nodes[name].paused = false
+			wake := s.now
+			for end := wake.Add(time.Second); s.now.Before(end); s.tick() {
+				for _, n := range s.nodes {
+					if n.name == name {
+						continue // its own estimate: TestOwnFreezeIsNoRoundTrip
+					}
+					if got := n.c.rtt.timeout(s.local(n, s.now)); got > 600*time.Millisecond {
+						t.Fatalf("%s's round-trip estimate %v after %s woke from a freeze of %v: %v",
+							n.name, s.now.Sub(wake), name, frozen, got)
+					}
+				}
+			}
+		})
+	}
+}
