@@ -166,10 +166,9 @@ func (a *Agent) reportSendFailure(to bully.Node, err error) {
 // deliverReply feeds a peer's reply to the core, and tells it that the
 // peer answered after took (no round trip when retried, the kernel having
 // retransmitted part of the exchange, or when the peer says it woke from
-// a freeze during the call); it returns the reply. A reply from
-// another node than the one called (its address now belongs to another
-// agent) counts as a failure, as one that does not decode does: ok is
-// false.
+// a freeze during the call); it returns the reply. A reply from another
+// node than the one called (its address now belongs to another agent)
+// counts as a failure, as one that does not decode does: ok is false.
 func (a *Agent) deliverReply(resp []byte, to bully.Node, took time.Duration, retried bool) (envelope, bool) {
 	env, err := decodeEnvelope(resp)
 	if err != nil {

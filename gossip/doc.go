@@ -70,7 +70,10 @@
 // only when a pooled connection failed before any byte of the request was
 // written; any later failure is returned, because the far side may already
 // have acted on the request. Errors that wrap ErrUnreachable mean the request
-// was certainly not delivered.
+// was certainly not delivered. CallRetried also says whether an answered
+// call's time counts a retransmission (on Linux, the connection's count of
+// retransmitted segments rose during it) or a wait on a stale connect: a
+// caller that estimates round trips leaves such calls out (Karn's rule).
 //
 // The transport speaks plain TCP unless TransportConfig.Wrap adds a layer
 // (such as TLS) to every connection.
