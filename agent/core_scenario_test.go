@@ -1259,7 +1259,8 @@ func keepsLeaderWhileHidden(t *testing.T, lan bool, ttl time.Duration, times int
 // a live leader as leaving for seconds (serf#662: a member that left and
 // came back under its old name is not listed alive on some nodes until
 // gossip/leaving.go revives it, up to 4.7 s with the local timing, 13 s
-// with the LAN one), while the leader's peer messages flow. Five nodes,
+// with the LAN one; 0.4 s and 1.4 s where the member's tags say it is
+// not leaving), while the leader's peer messages flow. Five nodes,
 // both timings; six times a random follower's view leaves out the leader
 // for 3-12 s: the follower names the leader and its term throughout, and
 // no term starts. Before, each COORDINATOR kept such a leader for the

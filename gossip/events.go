@@ -37,7 +37,7 @@ func (m *Membership) pump(in <-chan serf.Event) {
 	defer close(m.events)
 	var queue []Event
 	failed := m.heal.failed // members last reported failed, kept by noteReturns
-	check := time.NewTicker(m.leaves.bound / 4)
+	check := time.NewTicker(m.leaves.quick / 2)
 	defer check.Stop()
 	for {
 		var out chan<- Event
@@ -95,18 +95,23 @@ func (m *Membership) checkLeaving(now time.Time) []Event {
 			alive[n.Name] = true
 		}
 	}
-	names := make([]string, len(leaving))
+	watched := make([]leavingMember, len(leaving))
 	for i, s := range leaving {
-		names[i] = s.Name
+		watched[i] = leavingMember{name: s.Name, staying: s.Tags[tagLeaving] == "0"}
 	}
-	revived := m.leaves.observe(now, names, func(name string) bool { return alive[name] })
+	revived := m.leaves.observe(now, watched, func(name string) bool { return alive[name] })
 	var evs []Event
-	for _, s := range leaving {
+	for i, s := range leaving {
 		if !slices.Contains(revived, s.Name) {
 			continue
 		}
-		m.logger.Warn("gossip: serf still holds a member leaving that memberlist sees alive; counting it alive (hashicorp/serf#662)",
-			"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.bound)
+		if watched[i].staying {
+			m.logger.Info("gossip: serf holds a member leaving whose own tags say it is not; counting it alive (hashicorp/serf#662)",
+				"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.quick)
+		} else {
+			m.logger.Warn("gossip: serf still holds a member leaving that memberlist sees alive; counting it alive (hashicorp/serf#662)",
+				"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.bound)
+		}
 		ev := Event{Type: EventUpdate, Member: m.convert(s)}
 		ev.Member.Status = StatusAlive
 		evs = append(evs, ev)

@@ -30,16 +30,28 @@ import (
 // revived: Members reports it alive and the pump queues an EventUpdate
 // for it, so that readers rebuild their view. It stays revived until
 // serf's status for it changes.
+//
+// The member's own tags say sooner which case it is. Leave first
+// advertises the reserved tag "l" as "1" (this run is leaving) and waits
+// for that update to go out, and only then broadcasts serf's leave; every
+// other update of the run says "0". Memberlist carries the tags with the
+// member's alive messages, and lists a returned member alive only with
+// the tags of its new run. So a member serf holds leaving whose tags say
+// "0" while memberlist lists it alive is in the stuck state, or its mark
+// is still on the way (it spreads like the leave, and set out first):
+// it is revived after quickLeaveBound. One whose tags say "1", or carry
+// no mark (an agent from before the mark), waits out leaveBound.
 type leaveWatch struct {
-	bound time.Duration
+	bound time.Duration // for a member marked leaving, or not marked
+	quick time.Duration // for a member whose tags say its run is not leaving
 
 	mu      sync.Mutex
 	since   map[string]time.Time // first seen leaving while memberlist saw it alive
 	revived map[string]bool
 }
 
-func newLeaveWatch(bound time.Duration) *leaveWatch {
-	return &leaveWatch{bound: bound, since: map[string]time.Time{}, revived: map[string]bool{}}
+func newLeaveWatch(t Timing) *leaveWatch {
+	return &leaveWatch{bound: leaveBound(t), quick: quickLeaveBound(t), since: map[string]time.Time{}, revived: map[string]bool{}}
 }
 
 // leaveBound is how long a member can be seen leaving while memberlist
@@ -55,15 +67,37 @@ func leaveBound(t Timing) time.Duration {
 	return 2*t.BroadcastTimeout + t.LeavePropagateDelay + 2*t.ProbeInterval
 }
 
+// quickLeaveBound is how long a member whose tags say its run is not
+// leaving can be seen leaving before it counts alive: how long the mark
+// of a real leave can trail the leave itself. The mark went out before
+// the leave, and both spread by gossip, each from node to node, so at a
+// node the leave comes first only by a faster path: within the time serf
+// gives a leave to spread (LeavePropagateDelay) and two gossip rounds.
+// A node that lost every copy of the mark and then reads the leave counts
+// the member alive until memberlist's leave of it arrives (or, lost too,
+// its suspicion runs out), as it would a member that failed.
+func quickLeaveBound(t Timing) time.Duration {
+	return t.LeavePropagateDelay + 2*t.GossipInterval
+}
+
+// leavingMember is a member serf holds leaving, as the watch sees it.
+type leavingMember struct {
+	name string
+	// staying is set when the member's tags say its run is not leaving
+	// (the mark is "0").
+	staying bool
+}
+
 // observe records, at now, the members serf holds leaving (leaving) and
 // whether memberlist lists each alive (alive), and returns those revived
 // by this call. Members no longer leaving are forgotten.
-func (w *leaveWatch) observe(now time.Time, leaving []string, alive func(name string) bool) []string {
+func (w *leaveWatch) observe(now time.Time, leaving []leavingMember, alive func(name string) bool) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	still := make(map[string]bool, len(leaving))
 	var out []string
-	for _, name := range leaving {
+	for _, lm := range leaving {
+		name := lm.name
 		still[name] = true
 		if w.revived[name] {
 			continue
@@ -74,10 +108,14 @@ func (w *leaveWatch) observe(now time.Time, leaving []string, alive func(name st
 		}
 		first, ok := w.since[name]
 		if !ok {
+			first = now
 			w.since[name] = now
-			continue
 		}
-		if now.Sub(first) >= w.bound {
+		bound := w.bound
+		if lm.staying {
+			bound = w.quick
+		}
+		if now.Sub(first) >= bound {
 			w.revived[name] = true
 			out = append(out, name)
 		}

@@ -9,18 +9,26 @@ import (
 	"github.com/hashicorp/serf/serf"
 )
 
-// TestLeaveWatchRevivesOnlyStuckLeaves: a member serf holds leaving is
-// counted alive again only once it has been leaving for the bound with
-// memberlist listing it alive throughout; a real leave (memberlist stops
-// listing it alive, or serf moves it on) never is, and a revived member
-// is forgotten when serf's status for it changes.
+// TestLeaveWatchRevivesOnlyStuckLeaves: a member serf holds leaving,
+// whose tags carry no mark or say its run is leaving, is counted alive
+// again only once it has been leaving for the bound with memberlist
+// listing it alive throughout, however short the quick bound; a real
+// leave (memberlist stops listing it alive, or serf moves it on) never
+// is, and a revived member is forgotten when serf's status for it
+// changes.
 func TestLeaveWatchRevivesOnlyStuckLeaves(t *testing.T) {
 	const bound = 5 * time.Second
-	w := newLeaveWatch(bound)
+	w := &leaveWatch{bound: bound, quick: time.Second, since: map[string]time.Time{}, revived: map[string]bool{}}
 	t0 := time.Unix(1000, 0)
 	alive := map[string]bool{"stuck": true, "real": true, "flaky": true}
 	isAlive := func(name string) bool { return alive[name] }
-	at := func(d time.Duration, leaving ...string) []string { return w.observe(t0.Add(d), leaving, isAlive) }
+	at := func(d time.Duration, leaving ...string) []string {
+		lms := make([]leavingMember, len(leaving))
+		for i, name := range leaving {
+			lms[i] = leavingMember{name: name} // no mark, or marked leaving
+		}
+		return w.observe(t0.Add(d), lms, isAlive)
+	}
 
 	if got := at(0, "stuck", "real", "flaky"); len(got) != 0 {
 		t.Fatalf("revived at first sight: %v", got)
@@ -59,10 +67,78 @@ func TestLeaveWatchRevivesOnlyStuckLeaves(t *testing.T) {
 	}
 }
 
+// TestLeaveWatchTrustsTheMark: a member whose tags say its run is not
+// leaving is counted alive after the quick bound, with memberlist listing
+// it alive throughout; the same member marked leaving waits out the whole
+// bound, and a mark that changes while it is leaving does not restart its
+// wait.
+func TestLeaveWatchTrustsTheMark(t *testing.T) {
+	const bound, quick = 5 * time.Second, 400 * time.Millisecond
+	w := &leaveWatch{bound: bound, quick: quick, since: map[string]time.Time{}, revived: map[string]bool{}}
+	t0 := time.Unix(1000, 0)
+	alive := map[string]bool{"returned": true, "marked": true, "late": true, "suspect": true}
+	isAlive := func(name string) bool { return alive[name] }
+	at := func(d time.Duration, leaving ...leavingMember) []string {
+		return w.observe(t0.Add(d), leaving, isAlive)
+	}
+	returned := leavingMember{name: "returned", staying: true}
+	marked := leavingMember{name: "marked"}
+	late := leavingMember{name: "late", staying: true} // its mark arrives after the leave
+	suspect := leavingMember{name: "suspect", staying: true}
+
+	if got := at(0, returned, marked, late, suspect); len(got) != 0 {
+		t.Fatalf("revived at first sight: %v", got)
+	}
+	alive["suspect"] = false
+	if got := at(quick-time.Millisecond, returned, marked, late, suspect); len(got) != 0 {
+		t.Fatalf("revived before the quick bound: %v", got)
+	}
+	late.staying = false
+	if got := at(quick, returned, marked, late, suspect); !slices.Equal(got, []string{"returned"}) {
+		t.Fatalf("at the quick bound revived %v, want [returned]", got)
+	}
+	if got := at(bound-time.Millisecond, returned, marked, late, suspect); len(got) != 0 {
+		t.Fatalf("revived before the bound: %v", got)
+	}
+	if got := at(bound, returned, marked, late, suspect); !slices.Equal(got, []string{"marked", "late"}) {
+		t.Fatalf("at the bound revived %v, want [marked late]", got)
+	}
+	if w.isRevived("suspect") {
+		t.Fatal("a member memberlist does not list alive was revived")
+	}
+}
+
+// TestLeaveIsMarkedBeforeItSpreads: a running node advertises that it is
+// not leaving, and one that leaves gracefully has advertised its leaving
+// mark to every member by the time they see it leave, so that no member
+// takes the leave for a stale one (leaveWatch).
+func TestLeaveIsMarkedBeforeItSpreads(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	y := nodes[2]
+	name := y.cfg.Name
+	if tags := y.serf.LocalMember().Tags; tags[tagLeaving] != "0" {
+		t.Fatalf("a running node advertises %s=%q, want \"0\"", tagLeaving, tags[tagLeaving])
+	}
+	if err := y.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range nodes[:2] {
+		waitStatus(t, 10*time.Second, nd, []*node{y}, StatusLeft)
+		for _, m := range nd.serf.Members() {
+			if m.Name == name && m.Tags[tagLeaving] != "1" {
+				t.Errorf("%s holds the departed %s with %s=%q, want \"1\"", nd.cfg.Name, name, tagLeaving, m.Tags[tagLeaving])
+			}
+		}
+	}
+}
+
 // TestLeaveMadeUpByPushPullIsRevived makes serf's stuck leaving state
 // (hashicorp/serf#662, leaveWatch) on demand, by the path the fault
 // harness met, and checks that the member counts alive again after the
-// bound. y leaves gracefully; while it is away, r and s, cut off from o,
+// quick bound, its tags saying its run is not leaving. y leaves gracefully; while it is away, r and s, cut off from o,
 // exchange state ten times, each exchange raising the time serf gives y's
 // leave on both; then y returns through o alone, stamping its join from
 // o's clock, which saw none of that; o takes y alive. r, which heard
@@ -143,14 +219,16 @@ func TestLeaveMadeUpByPushPullIsRevived(t *testing.T) {
 	block(r, o, s, back)
 	block(s, o, r, back)
 
+	// y's tags, those of its new run, say it is not leaving, so o counts
+	// it alive after the quick bound, not the whole one.
 	start := time.Now()
-	bound := leaveBound(o.cfg.Timing)
+	bound, quick := leaveBound(o.cfg.Timing), quickLeaveBound(o.cfg.Timing)
 	waitFor(t, bound+2*time.Second, "o to count y alive again", func() bool {
 		got, ok := statusOf(o, yCfg.Name)
 		return ok && got == StatusAlive
 	})
-	if took := time.Since(start); took < bound/2 {
-		t.Errorf("y counted alive %v after the leave was made up, well before the bound %v", took, bound)
+	if took := time.Since(start); took > 3*quick || took > bound/2 {
+		t.Errorf("y counted alive %v after the leave was made up; its tags say its run is not leaving, so within %v (3 × the quick bound)", took, 3*quick)
 	}
 	if st := serfStatus(); st != serf.StatusLeaving {
 		t.Errorf("serf on o holds y %v: it recovered by itself, and the test shows nothing of leaveWatch", st)

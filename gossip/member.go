@@ -115,12 +115,13 @@ const (
 	tagPeer     = "peer" // peer transport address
 	tagVoter    = "v"    // "1" voter, "0" observer
 	tagEligible = "e"    // "1" may lead, "0" may not
+	tagLeaving  = "l"    // "1" this run of the node is leaving, "0" it is not (see leaveWatch)
 )
 
 // isReservedTag reports whether k is one of the keys gossip sets itself.
 func isReservedTag(k string) bool {
 	switch k {
-	case tagID, tagPeer, tagVoter, tagEligible:
+	case tagID, tagPeer, tagVoter, tagEligible, tagLeaving:
 		return true
 	}
 	return false
@@ -142,15 +143,17 @@ type localIdentity struct {
 	peerAddr string
 	voter    bool
 	eligible bool
+	leaving  bool // Leave has begun: the last tags this run advertises
 }
 
 // encodeTags merges the reserved tags of id with the extra tags.
 func encodeTags(id localIdentity, extra map[string]string) map[string]string {
-	tags := make(map[string]string, len(extra)+4)
+	tags := make(map[string]string, len(extra)+5)
 	maps.Copy(tags, extra)
 	tags[tagID] = strconv.FormatUint(id.id, 10)
 	tags[tagVoter] = flag(id.voter)
 	tags[tagEligible] = flag(id.eligible)
+	tags[tagLeaving] = flag(id.leaving)
 	if id.peerAddr != "" {
 		tags[tagPeer] = id.peerAddr
 	}

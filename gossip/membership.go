@@ -84,7 +84,7 @@ func Start(cfg Config) (*Membership, error) {
 		cancel:    cancel,
 		warnedIDs: make(map[string]bool),
 		converted: make(map[string]convertedMember),
-		leaves:    newLeaveWatch(leaveBound(cfg.Timing)),
+		leaves:    newLeaveWatch(cfg.Timing),
 		heal:      newHealWatch(cfg.Timing),
 		conflict:  newConflictGate(cfg.Name, cfg.Timing, cfg.MaxMembers),
 	}
@@ -541,16 +541,20 @@ func (m *Membership) publishTags(tags map[string]string) error {
 	}
 }
 
-// Leave leaves the cluster gracefully: it stops joining, broadcasts the
-// leave and waits up to Timing.BroadcastTimeout for it to go out plus
-// Timing.LeavePropagateDelay for it to spread. Others then see this node as
-// StatusLeft. Call Shutdown afterwards.
+// Leave leaves the cluster gracefully: it stops joining, marks its tags
+// as leaving and waits up to Timing.BroadcastTimeout for that update to
+// go out (see leaveWatch), then broadcasts the leave and waits as long
+// for it to go out plus Timing.LeavePropagateDelay for it to spread.
+// Others then see this node as StatusLeft. Call Shutdown afterwards.
 func (m *Membership) Leave() error {
 	if m.isClosed() {
 		return ErrShutdown
 	}
 	m.stopJoinLoop()
 	m.tagsMu.Lock()
+	if !m.left.Load() {
+		m.markLeaving()
+	}
 	m.left.Store(true)
 	m.tagsMu.Unlock()
 	if err := m.serf.Leave(); err != nil {
@@ -558,6 +562,23 @@ func (m *Membership) Leave() error {
 	}
 	m.logger.Info("gossip: left the cluster")
 	return nil
+}
+
+// markLeaving advertises this run's tags with the leaving mark set, so
+// that others can tell this leave from a stale one (leaveWatch). It does
+// not fail the leave: a node that missed the mark counts this one alive
+// after quickLeaveBound if it reads the leave without memberlist's, as
+// it would a member that failed, and the warning says so. tagsMu is held.
+func (m *Membership) markLeaving() {
+	id := m.ident
+	id.leaving = true
+	extra := decodeTags(m.serf.LocalMember().Tags).extra
+	if err := m.publishTags(encodeTags(id, extra)); err != nil {
+		m.logger.Warn("gossip: could not advertise the leave before leaving; members that miss it may count this node alive until they see it gone",
+			"err", err)
+		return
+	}
+	m.ident = id
 }
 
 // Shutdown stops gossip without a leave (others will see this node fail
