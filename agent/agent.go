@@ -132,7 +132,7 @@ func Start(cfg Config) (*Agent, error) {
 }
 
 func (a *Agent) start() error {
-	host, err := a.cfg.advertiseHost(interfaceIPs)
+	host, err := a.cfg.advertiseHost(interfaceAddrs)
 	if err != nil {
 		return err
 	}

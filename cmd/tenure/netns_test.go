@@ -39,6 +39,53 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 	t.Parallel() // its hosts are a network of their own (netnsHosts)
 	hosts := netnsHosts(t, 3)
 	dir := t.TempDir()
+	startDefaultBinds(t, hosts, dir)
+	if err := hosts[0].Run("ip", "addr", "add", "10.214.0.1/24", "dev", "eth0"); err != nil {
+		t.Fatalf("second address: %v", err)
+	}
+	out, err := hosts[0].Command(binary, "agent", "--name", "x", "--bind", "0.0.0.0:7950",
+		"--peer-bind", "0.0.0.0:7951", "--data-dir", filepath.Join(dir, "x"), "--socket", filepath.Join(dir, "x.sock"),
+		"--insecure-no-encryption").CombinedOutput()
+	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "several addresses") || !strings.Contains(string(out), "--advertise") {
+		t.Fatalf("two addresses, no --advertise: exit %d, %q; want exit 2 naming --advertise", code, out)
+	}
+}
+
+// TestBridgeBesideTheRouteInNamespaces: hosts that route through eth0 and
+// also have a bridge such as Docker's (docker0, 172.17.0.1 on every host)
+// start agents with default binds and no --advertise: each advertises its
+// eth0 address, that of its default route, and they elect a leader. Both
+// where eth0's addresses are private, which a host refused to start on
+// before (two private addresses), and where they are public, on which
+// every host advertised the bridge's private address, the same on all.
+func TestBridgeBesideTheRouteInNamespaces(t *testing.T) {
+	for _, tc := range []struct{ name, subnet string }{{"private", "10.213.0"}, {"public", "198.51.100"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each network is a bridge of its own
+			hosts := netns.HostsForTest(t, netns.Options{Prefix: "tb", Subnet: tc.subnet}, 3)
+			for _, h := range hosts {
+				for _, args := range [][]string{
+					{"link", "add", "docker0", "type", "bridge"},
+					{"addr", "add", "172.17.0.1/16", "dev", "docker0"},
+					{"link", "set", "docker0", "up"},
+					{"route", "add", "default", "dev", "eth0"},
+				} {
+					if err := h.Run("ip", args...); err != nil {
+						t.Fatalf("%s: ip %s: %v", h.Label, strings.Join(args, " "), err)
+					}
+				}
+			}
+			startDefaultBinds(t, hosts, t.TempDir())
+		})
+	}
+}
+
+// startDefaultBinds starts an agent on each host the way the quick start
+// does, but binding 0.0.0.0 and with no --advertise, and checks that they
+// elect a leader and list each other at the hosts' addresses, for gossip
+// and peer messages alike. The agents stop when the test ends.
+func startDefaultBinds(t *testing.T, hosts []netns.Host, dir string) {
+	t.Helper()
 	var joins []string
 	for _, h := range hosts {
 		joins = append(joins, "--join", h.Addr+":7946")
@@ -46,7 +93,7 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 	socket := func(i int) string { return filepath.Join(dir, fmt.Sprintf("s%d.sock", i)) }
 	for i, h := range hosts {
 		args := append([]string{"agent", "--name", fmt.Sprintf("h%d", i+1),
-			"--id", fmt.Sprint(i + 1), "--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--expect", "3",
+			"--id", fmt.Sprint(i + 1), "--bind", "0.0.0.0:7946", "--peer-bind", "0.0.0.0:7947", "--expect", fmt.Sprint(len(hosts)),
 			"--data-dir", filepath.Join(dir, fmt.Sprint(i)), "--socket", socket(i), "--insecure-no-encryption",
 			"--lease-ttl", "2s", "--timing", "local"}, joins...)
 		logPath := filepath.Join(dir, fmt.Sprintf("log%d", i))
@@ -72,15 +119,6 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 		if !ok || m.Addr != h.Addr+":7946" || m.PeerAddr != h.Addr+":7947" {
 			t.Fatalf("h%d is listed as %+v, want gossip %s:7946 and peer %s:7947", i+1, m, h.Addr, h.Addr)
 		}
-	}
-	if err := hosts[0].Run("ip", "addr", "add", "10.214.0.1/24", "dev", "eth0"); err != nil {
-		t.Fatalf("second address: %v", err)
-	}
-	out, err := hosts[0].Command(binary, "agent", "--name", "x", "--bind", "0.0.0.0:7950",
-		"--peer-bind", "0.0.0.0:7951", "--data-dir", filepath.Join(dir, "x"), "--socket", filepath.Join(dir, "x.sock"),
-		"--insecure-no-encryption").CombinedOutput()
-	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "several addresses") || !strings.Contains(string(out), "--advertise") {
-		t.Fatalf("two addresses, no --advertise: exit %d, %q; want exit 2 naming --advertise", code, out)
 	}
 }
 
