@@ -25,7 +25,7 @@ func (c Config) advertiseHost(host func() (hostNet, error)) (string, error) {
 	}
 	hn, err := host()
 	if err != nil {
-		return "", fmt.Errorf("agent: list this host's addresses to advertise: %w", err)
+		return "", fmt.Errorf("agent: list this host's addresses to advertise (or give --advertise HOST): %w", err)
 	}
 	return pickAdvertiseHost(hn)
 }
