@@ -498,3 +498,78 @@ func TestDrainAndTransferMoveRunOnceInNamespaces(t *testing.T) {
 		t.Fatalf("h3 as h1 sees it: %+v, want drained and not eligible", m["h3"])
 	}
 }
+
+// TestRollingRestartInNamespaces: five hosts bootstrap five voters and run
+// the same `tenure run` command; then each agent is restarted in turn,
+// gracefully, the leader h5 last, and the next only once the cluster is
+// whole again: every running agent knows a leader and holds the five
+// voters (README, "Rolling restarts"). The command runs on one host at a
+// time and moves only for the leader's restart: to h4, and back to h5
+// once h5 is back and preempts. The next host in turn never knows no
+// leader for longer than one TTL while one restarts.
+func TestRollingRestartInNamespaces(t *testing.T) {
+	t.Parallel() // its hosts are a network of their own (netnsHosts)
+	const n = 5
+	f := newFleet(t, n)
+	defer f.dumpLogs()
+	f.bootstrap(n)
+	all := []string{"h1", "h2", "h3", "h4", "h5"}
+	whole := func() string {
+		for i := range n {
+			st, err := f.status(i)
+			switch {
+			case err != nil:
+				return fmt.Sprintf("%s: %v", f.name(i), err)
+			case st.Leader == nil:
+				return fmt.Sprintf("%s knows no leader (%s)", f.name(i), st.Reason)
+			case st.Roster == nil || !slices.Equal(st.Roster.Voters, all):
+				return fmt.Sprintf("%s holds the roster %+v", f.name(i), st.Roster)
+			}
+		}
+		return ""
+	}
+	f.waitFor(30*time.Second, "five voters and a leader", whole)
+	st, err := f.status(0)
+	if err != nil || st.Leader == nil || st.Leader.Node != "h5" {
+		t.Fatalf("h1's status: %+v %v; want h5 to lead", st.Leader, err)
+	}
+	first := st.Leader.Epoch
+	journal := filepath.Join(f.dir, "journal")
+	f.runEverywhere(journal)
+	f.waitFor(20*time.Second, "the command runs on h5", func() string {
+		if got := runs(t, readJournal(t, journal)); !slices.Equal(got, []string{"h5"}) {
+			return fmt.Sprintf("commands ran on %v", got)
+		}
+		return ""
+	})
+	for i := range n {
+		watcher := (i + 1) % n
+		gaps := f.watchGaps(watcher)
+		began := time.Now()
+		f.stop(i)
+		stopped := time.Since(began)
+		f.start(i, "--expect", fmt.Sprint(n))
+		f.waitFor(90*time.Second, fmt.Sprintf("the cluster whole again after %s's restart", f.name(i)), whole)
+		gap := gaps.end()
+		t.Logf("%s: stopped in %v, cluster whole %v after the stop began; %s's longest time without a leader %v",
+			f.name(i), stopped.Round(time.Millisecond), time.Since(began).Round(time.Millisecond), f.name(watcher), gap)
+		if gap > f.ttl {
+			t.Errorf("%s knew no leader for %v while %s restarted, more than one TTL (%v)", f.name(watcher), gap, f.name(i), f.ttl)
+		}
+	}
+	f.waitFor(30*time.Second, "h5 leads again", func() string {
+		if st, err := f.status(0); err != nil || st.Leader == nil || st.Leader.Node != "h5" {
+			return fmt.Sprintf("h1's status: %+v %v", st.Leader, err)
+		}
+		return ""
+	})
+	entries := readJournal(t, journal)
+	if got := runs(t, entries); !slices.Equal(got, []string{"h5", "h4", "h5"}) {
+		t.Fatalf("commands ran on %v, want [h5 h4 h5]: only the leader's restart moves the work, there and back", got)
+	}
+	st, err = f.status(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("epochs: %d before the restarts, %d after", first, st.Leader.Epoch)
+}
