@@ -57,19 +57,29 @@ func TestDefaultBindsInNamespaces(t *testing.T) {
 // eth0 address, that of its default route, and they elect a leader. Both
 // where eth0's addresses are private, which a host refused to start on
 // before (two private addresses), and where they are public, on which
-// every host advertised the bridge's private address, the same on all.
+// every host advertised the bridge's private address, the same on all;
+// and on dual-stack hosts whose eth0 also has a unique local IPv6 address
+// (refused before: two private addresses), where the IPv4 one wins.
 func TestBridgeBesideTheRouteInNamespaces(t *testing.T) {
-	for _, tc := range []struct{ name, subnet string }{{"private", "10.213.0"}, {"public", "198.51.100"}} {
+	for _, tc := range []struct {
+		name, subnet string
+		ula          bool
+	}{{"private", "10.213.0", false}, {"public", "198.51.100", false}, {"dual-stack", "10.213.0", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel() // each network is a bridge of its own
 			hosts := netns.HostsForTest(t, netns.Options{Prefix: "tb", Subnet: tc.subnet}, 3)
-			for _, h := range hosts {
-				for _, args := range [][]string{
+			for i, h := range hosts {
+				steps := [][]string{
 					{"link", "add", "docker0", "type", "bridge"},
 					{"addr", "add", "172.17.0.1/16", "dev", "docker0"},
 					{"link", "set", "docker0", "up"},
 					{"route", "add", "default", "dev", "eth0"},
-				} {
+				}
+				if tc.ula {
+					steps = append(steps, []string{"-6", "addr", "add", fmt.Sprintf("fd20::%d/64", i+1), "dev", "eth0", "nodad"},
+						[]string{"-6", "route", "add", "default", "dev", "eth0"})
+				}
+				for _, args := range steps {
 					if err := h.Run("ip", args...); err != nil {
 						t.Fatalf("%s: ip %s: %v", h.Label, strings.Join(args, " "), err)
 					}
