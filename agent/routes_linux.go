@@ -29,7 +29,7 @@ func readDefaultRoutes(v4, v6 string) (map[string]bool, error) {
 	// IPv4: Iface Destination Gateway Flags RefCnt Use Metric Mask ...,
 	// after a header line; addresses in hex.
 	if err := scanRoutes(v4, true, func(f []string) {
-		if len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" && up(f[3]) {
+		if len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" && routeUp(f[3]) {
 			out[f[0]] = true
 		}
 	}); err != nil {
@@ -38,7 +38,7 @@ func readDefaultRoutes(v4, v6 string) (map[string]bool, error) {
 	// IPv6: destination, its prefix length, source, its prefix length,
 	// next hop, metric, references, use, flags, interface; no header.
 	if err := scanRoutes(v6, false, func(f []string) {
-		if len(f) >= 10 && strings.Trim(f[0], "0") == "" && f[1] == "00" && up(f[8]) && f[9] != "lo" {
+		if len(f) >= 10 && strings.Trim(f[0], "0") == "" && f[1] == "00" && routeUp(f[8]) && f[9] != "lo" {
 			out[f[9]] = true
 		}
 	}); err != nil {
@@ -47,9 +47,9 @@ func readDefaultRoutes(v4, v6 string) (map[string]bool, error) {
 	return out, nil
 }
 
-// up reports whether hex route flags say the route is up and not a
+// routeUp reports whether hex route flags say the route is up and not a
 // reject (unreachable) route.
-func up(flags string) bool {
+func routeUp(flags string) bool {
 	v, err := strconv.ParseUint(flags, 16, 32)
 	return err == nil && v&rtfUp != 0 && v&rtfReject == 0
 }

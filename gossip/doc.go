@@ -7,8 +7,9 @@
 //
 // Start creates a Membership: a serf instance whose local member advertises
 // tenure's reserved tags (node ID, peer transport address, voter and eligible
-// flags, and whether this run is leaving) next to any extra tags. Members and Events expose tenure's own Member
-// and Event types; no serf or memberlist type appears in this package's API.
+// flags, and whether this run is leaving) next to any extra tags. Members
+// and Events expose tenure's own Member and Event types; no serf or
+// memberlist type appears in this package's API.
 // Events carry one member each, in the order serf reported them, through an
 // unbounded queue, so a slow reader never blocks serf. Failure detection is
 // SWIM with suspicion (memberlist); its speed is set by Timing (LANTiming for

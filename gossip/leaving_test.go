@@ -138,9 +138,9 @@ func TestLeaveIsMarkedBeforeItSpreads(t *testing.T) {
 // TestLeaveMadeUpByPushPullIsRevived makes serf's stuck leaving state
 // (hashicorp/serf#662, leaveWatch) on demand, by the path the fault
 // harness met, and checks that the member counts alive again after the
-// quick bound, its tags saying its run is not leaving. y leaves gracefully; while it is away, r and s, cut off from o,
-// exchange state ten times, each exchange raising the time serf gives y's
-// leave on both; then y returns through o alone, stamping its join from
+// quick bound, its tags saying its run is not leaving. y leaves
+// gracefully; while it is away, r and s, cut off from o, exchange state
+// ten times, each exchange raising the time serf gives y's leave on both; then y returns through o alone, stamping its join from
 // o's clock, which saw none of that; o takes y alive. r, which heard
 // nothing of the return, then exchanges state with o: serf on o makes up a
 // leave from r's list of left members, one past r's time, which outranks
