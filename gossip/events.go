@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -105,13 +106,12 @@ func (m *Membership) checkLeaving(now time.Time) []Event {
 		if !slices.Contains(revived, s.Name) {
 			continue
 		}
+		level, msg, bound := slog.LevelWarn, "gossip: serf still holds a member leaving that memberlist sees alive; counting it alive (hashicorp/serf#662)", m.leaves.bound
 		if watched[i].staying {
-			m.logger.Info("gossip: serf holds a member leaving whose own tags say it is not; counting it alive (hashicorp/serf#662)",
-				"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.quick)
-		} else {
-			m.logger.Warn("gossip: serf still holds a member leaving that memberlist sees alive; counting it alive (hashicorp/serf#662)",
-				"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", m.leaves.bound)
+			level, msg, bound = slog.LevelInfo, "gossip: serf holds a member leaving whose own tags say it is not; counting it alive (hashicorp/serf#662)", m.leaves.quick
 		}
+		m.logger.Log(m.ctx, level, msg,
+			"member", s.Name, "addr", net.JoinHostPort(s.Addr.String(), strconv.Itoa(int(s.Port))), "leaving_at_least", bound)
 		ev := Event{Type: EventUpdate, Member: m.convert(s)}
 		ev.Member.Status = StatusAlive
 		evs = append(evs, ev)
