@@ -50,7 +50,7 @@ func (m *Membership) pump(in <-chan serf.Event) {
 		case e := <-in:
 			evs := m.split(e)
 			m.noteReturns(evs, failed)
-			if m.heal.note(evs) {
+			if m.heal.note(evs, time.Now()) {
 				m.publishWatch()
 			}
 			queue = append(queue, evs...)

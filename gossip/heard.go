@@ -31,6 +31,24 @@ const heardBuffer = 16
 // this way: two sides that both declared the other failed, which send each
 // other nothing; serf's reconnect (every 5 s on a LAN) remains for them.
 //
+// Members that left are watched too, from quickLeaveBound after their
+// leave (a leaving member still gossips for LeavePropagateDelay): a
+// packet from one means that it is back and that this node missed its
+// return. That happens when the return's incarnation is not above the
+// leave's. The leave carries the incarnation of the member's last alive
+// message, one above the one before it (the leaving mark is an update);
+// a member that missed both (it was paused) keeps the member alive at the
+// older one, and a new run that joins through it reads that and refutes
+// it one above: the leave's. Memberlist lets a leave win a tie, sends
+// nothing to a member it holds left and does not probe it, so the members
+// that hold the leave would count the new run gone until one of them
+// happened to pick it for a full state sync (30 s apart on a LAN; the
+// fault harness saw a restarted leader held failed for 34 s,
+// docs/RELIABILITY.md, "A returned node marked failed at once"). The
+// greet hands it the leave, and it refutes above it. A member whose
+// address another member now holds is not watched: greeting it would
+// reach the other.
+//
 // Owned by the pump goroutine, but for suspects, which the log observer
 // feeds.
 type healWatch struct {
@@ -38,13 +56,14 @@ type healWatch struct {
 	suspects  chan string          // names memberlist began suspecting, from its log
 	suspected map[string]time.Time // watched since
 	failed    map[string]bool      // members last reported failed: the pump's, kept by noteReturns
-	addrs     map[string]string    // gossip address of each watched member (suspected or failed)
+	left      map[string]time.Time // members last reported left, and when
+	addrs     map[string]string    // gossip address of each watched member (suspected, failed or left)
 	greeted   map[string]time.Time // last greet of each member
 }
 
 func newHealWatch(t Timing) *healWatch {
 	return &healWatch{timing: t, suspects: make(chan string, heardBuffer), suspected: map[string]time.Time{},
-		failed: map[string]bool{}, addrs: map[string]string{}, greeted: map[string]time.Time{}}
+		failed: map[string]bool{}, left: map[string]time.Time{}, addrs: map[string]string{}, greeted: map[string]time.Time{}}
 }
 
 // suspectPrefix and suspectSuffix frame the name in memberlist's log line
@@ -81,20 +100,33 @@ func (w *healWatch) suspect(name, addr string, now time.Time) bool {
 	return !known
 }
 
-// note updates the watch from membership events: a failed member is
-// watched, one that joined (alive again), left or was reaped is not (the
-// failed set itself is noteReturns'). It reports whether the watched
-// addresses changed.
-func (w *healWatch) note(evs []Event) bool {
+// note updates the watch from membership events at now: a member that
+// failed or left is watched, one that joined (alive again) or was reaped
+// is not, nor is any other watched member at the address of one that
+// joined or changed (the failed set itself is noteReturns'). It reports
+// whether the watched addresses changed.
+func (w *healWatch) note(evs []Event, now time.Time) bool {
 	changed := false
 	for _, e := range evs {
 		name := e.Member.Name
 		switch e.Type {
 		case EventFailed:
 			w.addrs[name] = e.Member.Addr
+			delete(w.left, name)
 			changed = true
-		case EventJoin, EventLeave, EventReap:
+		case EventLeave:
+			delete(w.suspected, name)
+			w.addrs[name], w.left[name] = e.Member.Addr, now
+			changed = true
+		case EventJoin, EventReap:
 			changed = w.forget(name) || changed
+		}
+		if e.Type == EventJoin || e.Type == EventUpdate {
+			for other, addr := range w.addrs {
+				if other != name && addr == e.Member.Addr {
+					changed = w.forget(other) || changed
+				}
+			}
 		}
 	}
 	return changed
@@ -104,6 +136,7 @@ func (w *healWatch) note(evs []Event) bool {
 func (w *healWatch) forget(name string) bool {
 	_, watched := w.addrs[name]
 	delete(w.suspected, name)
+	delete(w.left, name)
 	delete(w.addrs, name)
 	delete(w.greeted, name)
 	return watched
@@ -154,6 +187,9 @@ func (w *healWatch) heard(name string, now time.Time, n int) (addr string, greet
 	if !ok {
 		return "", false, false
 	}
+	if at, ok := w.left[name]; ok && now.Sub(at) < quickLeaveBound(w.timing) {
+		return "", false, false // still leaving: its last packets
+	}
 	if at, ok := w.greeted[name]; ok && now.Sub(at) < w.regreet() {
 		return "", false, false
 	}
@@ -199,6 +235,6 @@ func (m *Membership) noteHeard(name string, now time.Time) {
 	if !greet {
 		return
 	}
-	m.logger.Debug("gossip: a member held suspect or failed is heard again; exchanging state so that it refutes", "member", name, "addr", addr)
+	m.logger.Debug("gossip: a member held suspect, failed or left is heard again; exchanging state so that it refutes", "member", name, "addr", addr)
 	m.greet(name, addr)
 }

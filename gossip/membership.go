@@ -55,7 +55,7 @@ type Membership struct {
 	convMu    sync.Mutex                 // guards converted
 	converted map[string]convertedMember // each member as Members last converted it
 	leaves    *leaveWatch                // members serf holds leaving though alive (leaving.go)
-	heal      *healWatch                 // members held suspect or failed, greeted when heard (heard.go)
+	heal      *healWatch                 // members held suspect, failed or left, greeted when heard (heard.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error

@@ -41,8 +41,8 @@ type netLayer struct {
 	// every stream (stream true) to the gossip addresses for which it
 	// returns true. Only tests set it.
 	blocked atomic.Pointer[func(addr string, stream bool) bool]
-	// watch maps the gossip addresses of members this node holds suspect
-	// or failed to their names (heard.go); a packet from one of them puts
+	// watch maps the gossip addresses of members this node holds suspect,
+	// failed or left to their names (heard.go); a packet from one of them puts
 	// its name on heard, without waiting.
 	watch  atomic.Pointer[map[netip.AddrPort]string]
 	heard  chan string
