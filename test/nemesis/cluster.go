@@ -94,7 +94,7 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if c.events, err = OpenEvents(filepath.Join(cfg.Dir, "events.jsonl")); err != nil {
 		return nil, err
 	}
-	c.stalls = watchStalls(c.events, cfg.Logger, time.Now)
+	c.stalls = watchStalls(c.events, cfg.Logger, readClock)
 	defer func() {
 		if err != nil {
 			c.Stop()

@@ -33,9 +33,21 @@ func OpenEvents(path string) (*Events, error) {
 
 // Record appends one event stamped now and returns it.
 func (e *Events) Record(kind string, nodes []string, detail string) (check.Event, error) {
+	return e.write(check.Event{Kind: kind, Nodes: nodes, Detail: detail})
+}
+
+// RecordClockStep appends a check.EventClockStep stamped now: the wall
+// clock moved step further than the monotonic clock since the harness
+// last looked.
+func (e *Events) RecordClockStep(step time.Duration, detail string) (check.Event, error) {
+	return e.write(check.Event{Kind: check.EventClockStep, Step: int64(step), Detail: detail})
+}
+
+// write stamps ev now and appends it.
+func (e *Events) write(ev check.Event) (check.Event, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ev := check.Event{T: time.Now().UnixNano(), Kind: kind, Nodes: nodes, Detail: detail}
+	ev.T = time.Now().UnixNano()
 	line, err := json.Marshal(ev)
 	if err != nil {
 		return ev, fmt.Errorf("nemesis: events: %w", err)

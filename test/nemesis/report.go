@@ -140,6 +140,9 @@ type Tally struct {
 	Stale []check.Stale
 	// Stalls are the runs' host stalls (check.EventStall), "seed N: detail".
 	Stalls []string
+	// ClockSteps are the runs' steps of the wall clock
+	// (check.EventClockStep), "seed N: detail".
+	ClockSteps []string
 	// LateRequests sums the runs' Result.LateRequests.
 	LateRequests int
 	// Failed counts failed verdicts by check name, and runs with a step
@@ -180,7 +183,12 @@ func (t *Tally) Add(r *Result) {
 		t.Blips = append(t.Blips, r.Report.Blips...)
 		t.Stale = append(t.Stale, r.Report.Stale...)
 		for _, st := range r.Report.Stalls {
-			t.Stalls = append(t.Stalls, fmt.Sprintf("seed %d: %s", r.Seed, st.Detail))
+			line := fmt.Sprintf("seed %d: %s", r.Seed, st.Detail)
+			if st.Kind == check.EventClockStep {
+				t.ClockSteps = append(t.ClockSteps, line)
+			} else {
+				t.Stalls = append(t.Stalls, line)
+			}
 		}
 		for _, v := range r.Report.Verdicts {
 			if !v.OK {
@@ -219,6 +227,9 @@ func (t *Tally) String() string {
 	fmt.Fprintf(&b, "peer requests the agents refused as late (after their callers gave up): %d\n", t.LateRequests)
 	if len(t.Stalls) > 0 {
 		fmt.Fprintf(&b, "host stalls (every process stopped; checks near one may fail for it): %s\n", strings.Join(t.Stalls, "; "))
+	}
+	if len(t.ClockSteps) > 0 {
+		fmt.Fprintf(&b, "wall clock steps (the checker moved the stamps after a forward one back by it): %s\n", strings.Join(t.ClockSteps, "; "))
 	}
 	return b.String()
 }

@@ -91,6 +91,11 @@ func TestBlipTallySeparatesFaults(t *testing.T) {
 	if s := tally.String(); !strings.Contains(s, "host stalls (every process stopped; checks near one may fail for it): seed 7: the harness ran nothing for 9.2s\n") {
 		t.Fatalf("tally does not list the stall:\n%s", s)
 	}
+	tally.Add(&Result{Seed: 8, Report: &check.Report{Stalls: []check.Event{{Kind: check.EventClockStep, Detail: "the wall clock stepped +17.2s against the monotonic clock"}}}})
+	if s := tally.String(); !strings.Contains(s, "wall clock steps (the checker moved the stamps after a forward one back by it): seed 8: the wall clock stepped +17.2s") ||
+		strings.Contains(s, "seed 7: the harness ran nothing for 9.2s; seed 8") {
+		t.Fatalf("tally does not list the clock step apart from the stall:\n%s", s)
+	}
 	var none Tally
 	none.Add(&Result{Report: &check.Report{}})
 	if s := none.String(); !strings.Contains(s, ": 0 with no fault on, 0 under a fault\n") {

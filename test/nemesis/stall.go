@@ -24,36 +24,66 @@ const stallThreshold = 500 * time.Millisecond
 // stallTick is how often the harness looks at the clock for stalls.
 const stallTick = 20 * time.Millisecond
 
-// stallWatch records the harness's stalls into the events until stop is
-// closed; done is closed when it returns.
+// clockStepThreshold is how far the wall clock must move beyond the
+// monotonic clock between two looks to be recorded as a step
+// (check.EventClockStep): far more than time synchronisation slews in
+// 20 ms, and more than stallTick, which the checker's correction needs.
+// The agents time their leases on the monotonic clock and every record
+// stamps the wall clock: in one local soak the wall clock jumped 17 s
+// ahead while no process stopped, and the checker, reading the stamps,
+// saw a leader write 15.6 s after its lease and 15.9 s with no lease.
+const clockStepThreshold = 100 * time.Millisecond
+
+// clockReading is one look at the clock: the time, with its monotonic
+// reading, and the wall clock in Unix nanoseconds.
+type clockReading func() (time.Time, int64)
+
+// readClock is the host's clock.
+func readClock() (time.Time, int64) {
+	t := time.Now()
+	return t, t.UnixNano()
+}
+
+// stallWatch records the harness's stalls and the steps of the wall
+// clock into the events until stop is closed; done is closed when it
+// returns.
 type stallWatch struct {
 	stop, done chan struct{}
 }
 
-// watchStalls starts recording into events the stalls that now, the
-// clock, shows between the harness's ticks.
-func watchStalls(events *Events, log *slog.Logger, now func() time.Time) *stallWatch {
+// watchStalls starts recording into events the stalls that the monotonic
+// clock of now shows between the harness's looks, and the steps of its
+// wall clock against the monotonic one.
+func watchStalls(events *Events, log *slog.Logger, now clockReading) *stallWatch {
 	w := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(stallTick)
 		defer tick.Stop()
-		last := now()
+		last, lastWall := now()
 		for {
 			select {
 			case <-w.stop:
 				return
 			case <-tick.C:
 			}
-			t := now()
-			if gap := t.Sub(last); gap > stallThreshold {
+			t, wall := now()
+			gap := t.Sub(last)
+			if gap > stallThreshold {
 				detail := fmt.Sprintf("the harness ran nothing for %v", gap.Round(time.Millisecond))
 				log.Warn("the host stalled: " + detail)
 				if _, err := events.Record(check.EventStall, nil, detail); err != nil {
 					log.Error("record a stall", "err", err)
 				}
 			}
-			last = t
+			if step := time.Duration(wall-lastWall) - gap; step > clockStepThreshold || step < -clockStepThreshold {
+				detail := fmt.Sprintf("the wall clock stepped %+v against the monotonic clock", step.Round(time.Millisecond))
+				log.Warn("the host's clock stepped: " + detail)
+				if _, err := events.RecordClockStep(step, detail); err != nil {
+					log.Error("record a clock step", "err", err)
+				}
+			}
+			last, lastWall = t, wall
 		}
 	}()
 	return w

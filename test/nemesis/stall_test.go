@@ -23,7 +23,10 @@ func TestStallsAreRecorded(t *testing.T) {
 	}
 	base := time.Now()
 	var skew atomic.Int64 // added to the real clock
-	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	now := func() (time.Time, int64) {
+		t := time.Now().Add(time.Duration(skew.Load()))
+		return t, t.UnixNano()
+	}
 	w := watchStalls(events, slog.New(slog.DiscardHandler), now)
 	time.Sleep(5 * stallTick)
 	skew.Store(int64(stallThreshold / 2)) // a short gap: not a stall
@@ -41,5 +44,46 @@ func TestStallsAreRecorded(t *testing.T) {
 	if len(got) != 1 || got[0].Kind != check.EventStall || !strings.Contains(got[0].Detail, "ran nothing for 9.") ||
 		got[0].T < base.UnixNano() {
 		t.Fatalf("events %+v, want one stall of about 9 s", got)
+	}
+}
+
+// TestClockStepsAreRecorded: the wall clock moving further than the
+// monotonic one between two looks, either way, becomes a clock-step event
+// that carries the step; a gap of both (a stall) does not, nor does a
+// step below the threshold.
+func TestClockStepsAreRecorded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	events, err := OpenEvents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wallSkew atomic.Int64 // added to the wall clock only
+	now := func() (time.Time, int64) {
+		t := time.Now()
+		return t, t.UnixNano() + wallSkew.Load()
+	}
+	w := watchStalls(events, slog.New(slog.DiscardHandler), now)
+	time.Sleep(5 * stallTick)
+	wallSkew.Store(int64(clockStepThreshold / 2)) // slewed: not a step
+	time.Sleep(5 * stallTick)
+	wallSkew.Add(int64(17 * time.Second))
+	time.Sleep(5 * stallTick)
+	wallSkew.Add(int64(-3 * time.Second))
+	time.Sleep(5 * stallTick)
+	w.end()
+	if err := events.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := check.ReadEvents(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Kind != check.EventClockStep || got[1].Kind != check.EventClockStep {
+		t.Fatalf("events %+v, want two clock steps", got)
+	}
+	for i, want := range []time.Duration{17 * time.Second, -3 * time.Second} {
+		if d := time.Duration(got[i].Step) - want; d < -stallTick || d > stallTick {
+			t.Errorf("step %d: %v, want about %v (%s)", i, time.Duration(got[i].Step), want, got[i].Detail)
+		}
 	}
 }

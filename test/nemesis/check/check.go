@@ -106,7 +106,7 @@ func check(run *Run, opt Options) (*Report, linearization) {
 		HandOvers: hand,
 		Blips:     Blips(run.Views, iv, run.Events),
 		Stale:     StaleViews(run.Views, iv, run.Events, end, MinStale),
-		Stalls:    eventsOf(run.Events, EventStall),
+		Stalls:    eventsOf(run.Events, EventStall, EventClockStep),
 		Counts:    runCounts(run),
 	}
 	rep.Counts["excused-writes"] = cc.Excused
@@ -132,7 +132,7 @@ func addVisualization(rep *Report, lin linearization, path string) {
 // countNames are the counts every report carries, 0 or not.
 var countNames = []string{"terms", "writes-ok", "writes-stale", "writes-unknown", "writes-unrecorded",
 	"reads", "reads-unknown", "kills", "pauses", "pause-hosts", "partitions", "heals", "starts", "wipes",
-	"stops", "operator-commands", "excused-writes", "grace-writes", "disk-fulls", "stalls"}
+	"stops", "operator-commands", "excused-writes", "grace-writes", "disk-fulls", "stalls", "clock-steps"}
 
 // runCounts measures the run's terms, operations and faults.
 func runCounts(run *Run) map[string]int {
@@ -176,6 +176,8 @@ func countFaults(c map[string]int, events []Event) {
 			c["partitions"]++
 		case EventStall:
 			c["stalls"]++
+		case EventClockStep:
+			c["clock-steps"]++
 		}
 	}
 }

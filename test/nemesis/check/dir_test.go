@@ -203,3 +203,61 @@ func TestImportsNothingOfTenure(t *testing.T) {
 		}
 	}
 }
+
+// TestDirUndoesAForwardClockStep: the wall clock jumps 10 s ahead at 600
+// ms while h1 leads; its renewal at 700 ms and its write at 650 ms are
+// stamped 10 s late. Read as stamped, h1 wrote 9.25 s after its lease and
+// no one held one for 9.3 s; with the step recorded, Load moves the later
+// stamps back and the run passes.
+func TestDirUndoesAForwardClockStep(t *testing.T) {
+	const jump = 10_000 // ms
+	dirWith := func(events []Event) string {
+		dir := t.TempDir()
+		writeLines(t, dir, "journal-h1.jsonl", []JournalRecord{
+			start("h1", 0), lead("h1", 1, 100, 1100), extend("h1", 1, 400, 1400),
+			extend("h1", 1, 700+jump, 1700+jump), end("h1", 1, 900+jump),
+		}, "")
+		writeLines(t, dir, "history-h1.jsonl", []Op{
+			write("h1", 1, "h1-e1-p1-1", 500, 501, ResultOK),
+			write("h1", 1, "h1-e1-p1-2", 650+jump, 651+jump, ResultOK),
+			read("h1", 1, "h1-e1-p1-2", 652+jump, 653+jump, ResultOK),
+		}, "")
+		writeLines(t, dir, "events.jsonl", events, "")
+		return dir
+	}
+	opt := Options{TTL: time.Second, ElectionBound: time.Second}
+	endEv := ev(EventEnd, 1000+jump)
+	rep, err := Dir(dirWith([]Event{endEv}), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() {
+		t.Fatalf("the stamps as taken pass; the test shows nothing:\n%s", rep)
+	}
+
+	step := Event{T: ms(620 + jump), Kind: EventClockStep, Step: jump * int64(time.Millisecond), Detail: "the wall clock stepped +10s"}
+	dir := dirWith([]Event{step, endEv})
+	rep, err = Dir(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("with the step recorded, the report fails:\n%s", rep)
+	}
+	if rep.Counts["clock-steps"] != 1 || len(rep.Stalls) != 1 || !strings.Contains(rep.String(), "clock step: the wall clock stepped +10s, at") {
+		t.Errorf("the step is not reported: counts %v\n%s", rep.Counts, rep)
+	}
+	run, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run.History[1].Invoke; got != ms(650) {
+		t.Errorf("write after the step invoked at %v, want %v", time.Duration(got-base), 650*time.Millisecond)
+	}
+	if got := run.Journal[3]; got.T != ms(700) || got.Until != ms(1700) {
+		t.Errorf("renewal after the step at %v until %v, want 700ms until 1.7s", time.Duration(got.T-base), time.Duration(got.Until-base))
+	}
+	if got := run.Journal[2]; got.T != ms(400) || got.Until != ms(1400) {
+		t.Errorf("renewal before the step moved: at %v until %v", time.Duration(got.T-base), time.Duration(got.Until-base))
+	}
+}

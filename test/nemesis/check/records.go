@@ -83,6 +83,15 @@ const (
 	// harness alone). Not a fault the schedule injected: reported, not
 	// excused.
 	EventStall = "stall"
+	// EventClockStep says the host's wall clock moved Step nanoseconds
+	// further than its monotonic clock between two of the harness's looks,
+	// the later at T (a clock set by hand or by time synchronisation, or a
+	// virtual machine resumed whose clock was then corrected). The agents
+	// time their leases on the monotonic clock, but every record stamps
+	// the wall clock, so Load moves the stamps taken after a forward step
+	// back by it (Run.unstep); a step back cannot be undone that way (the
+	// stamps before and after it overlap) and is reported only.
+	EventClockStep = "clock-step"
 	// EventQuorate says the fault just begun left the voters Nodes, a
 	// majority of the roster's, up and connected with each other: from
 	// here to the next heal a leader must follow within the liveness
@@ -92,7 +101,7 @@ const (
 
 var eventKinds = []string{EventKill, EventStart, EventPause, EventResume, EventPauseHost,
 	EventResumeHost, EventPartition, EventHeal, EventWipe, EventEnd, EventStop, EventOperator, EventRefused,
-	EventDiskFull, EventDiskFreed, EventStall, EventQuorate}
+	EventDiskFull, EventDiskFreed, EventStall, EventClockStep, EventQuorate}
 
 // Event is one line of events.jsonl, a fault the harness injected or undid.
 type Event struct {
@@ -100,6 +109,7 @@ type Event struct {
 	Kind   string   `json:"kind"`
 	Nodes  []string `json:"nodes,omitempty"`
 	Detail string   `json:"detail,omitempty"`
+	Step   int64    `json:"step,omitempty"` // EventClockStep: nanoseconds the wall clock stepped
 }
 
 // Run is everything a run directory holds, each list sorted by time.
@@ -164,8 +174,54 @@ func Load(dir string) (*Run, error) {
 	if run.Views, err = loadViews(dir); err != nil {
 		return nil, err
 	}
+	run.unstep()
 	run.sort()
 	return run, nil
+}
+
+// unstep moves every stamp taken after a forward step of the wall clock
+// (EventClockStep) back by the step, latest step first, so that the
+// records read as the monotonic clock the agents time their leases on
+// would have stamped them. A step of D seen at T (in the clock after it)
+// happened after T-D-(the harness's look interval) in the clock before
+// it and no later than T in the clock after, so a stamp up to T-D was
+// taken before the step and one above it after (the harness records a
+// step only when it is longer than the look interval, so the two ranges
+// do not meet). A journal record's Until moves with its T: it was
+// computed from the clock of its time.
+func (r *Run) unstep() {
+	for _, st := range slices.Backward(eventsOf(r.Events, EventClockStep)) {
+		if st.Step <= 0 {
+			continue
+		}
+		after := st.T - st.Step
+		back := func(t *int64) {
+			if *t > after {
+				*t -= st.Step
+			}
+		}
+		for i := range r.Journal {
+			if j := &r.Journal[i]; j.T > after {
+				j.T -= st.Step
+				if j.Until != 0 {
+					j.Until -= st.Step
+				}
+			}
+		}
+		for i := range r.History {
+			o := &r.History[i]
+			back(&o.Invoke)
+			if o.Return != 0 {
+				back(&o.Return)
+			}
+		}
+		for i := range r.Events {
+			back(&r.Events[i].T)
+		}
+		for i := range r.Views {
+			back(&r.Views[i].T)
+		}
+	}
 }
 
 // sort orders each list by time, keeping the file order of equal times.

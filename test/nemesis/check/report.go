@@ -92,6 +92,8 @@ type Report struct {
 	Stale []Stale
 	// Stalls are the times the harness ran nothing for a while
 	// (EventStall): the host stalled. Checks that fail near one name it.
+	// The steps of the wall clock (EventClockStep) are listed here too:
+	// Load took the forward ones out of the records' stamps.
 	Stalls []Event
 	// Counts measures the run; every report has these keys: "terms"
 	// (lead records), "writes-ok", "writes-stale", "writes-unknown",
@@ -101,7 +103,7 @@ type Report struct {
 	// each per node), "operator-commands", "partitions", "heals" (before
 	// the end), "excused-writes" (I3, after
 	// a resume-host), "grace-writes" (I3, within Options.StopGrace) and
-	// "stalls" (EventStall).
+	// "stalls" (EventStall) and "clock-steps" (EventClockStep).
 	Counts map[string]int
 }
 
@@ -158,7 +160,11 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "stale: %s\n", st)
 	}
 	for _, st := range r.Stalls {
-		fmt.Fprintf(&b, "host stall: %s, until %s\n", st.Detail, stamp(st.T))
+		what, when := "host stall", "until"
+		if st.Kind == EventClockStep {
+			what, when = "clock step", "at" // the stamps after it moved back by it
+		}
+		fmt.Fprintf(&b, "%s: %s, %s %s\n", what, st.Detail, when, stamp(st.T))
 	}
 	fmt.Fprintf(&b, "counts: %s\n", counts(r.Counts))
 	return b.String()

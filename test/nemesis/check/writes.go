@@ -60,11 +60,11 @@ func afterStall(stalls []Event, t int64, grace time.Duration) string {
 	return ""
 }
 
-// eventsOf returns the events of kind, in their order.
-func eventsOf(events []Event, kind string) []Event {
+// eventsOf returns the events of any of kinds, in their order.
+func eventsOf(events []Event, kinds ...string) []Event {
 	var out []Event
 	for _, e := range events {
-		if e.Kind == kind {
+		if slices.Contains(kinds, e.Kind) {
 			out = append(out, e)
 		}
 	}
