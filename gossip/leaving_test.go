@@ -140,8 +140,9 @@ func TestLeaveIsMarkedBeforeItSpreads(t *testing.T) {
 // harness met, and checks that the member counts alive again after the
 // quick bound, its tags saying its run is not leaving. y leaves
 // gracefully; while it is away, r and s, cut off from o, exchange state
-// ten times, each exchange raising the time serf gives y's leave on both; then y returns through o alone, stamping its join from
-// o's clock, which saw none of that; o takes y alive. r, which heard
+// ten times, each exchange raising the time serf gives y's leave on both;
+// then y returns through o alone, stamping its join from o's clock,
+// which saw none of that; o takes y alive. r, which heard
 // nothing of the return, then exchanges state with o: serf on o makes up a
 // leave from r's list of left members, one past r's time, which outranks
 // y's join, and holds y leaving while memberlist lists it alive. Unless y
